@@ -1,0 +1,367 @@
+"""Resolve a stack from the catalog (catalog/stacks.yml) and check a configuration against it.
+
+Used by the `stack` role (preflight) as the `stack_resolve` filter, and imported directly by the
+unit tests and the controller-side tools. Standard library only: it must load in any Ansible
+controller environment.
+
+`resolve_stack(catalog, settings)` never raises for bad user input: it returns
+``{"errors": [...], "warnings": [...], "stack": {...}}`` where every error names the variable
+that caused it and what is allowed instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+DISPLAY = {
+    "mindspore": "MindSpore",
+    "driver": "NVIDIA driver branch",
+    "cuda": "CUDA",
+    "cudnn": "cuDNN",
+    "nccl": "NCCL",
+    "tensorrt": "TensorRT",
+}
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+URL_RE = re.compile(r"^(https?|file)://\S+$")
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """Numeric sort key for dotted versions ('450.80.02' -> (450, 80, 2))."""
+    return tuple(int(part) for part in re.findall(r"\d+", str(version)))
+
+
+def _allowed(values: Any) -> str:
+    items = [str(v) for v in values]
+    return ", ".join(items) if items else "(none)"
+
+
+class _Resolver:
+    def __init__(self, catalog: dict[str, Any], settings: dict[str, Any]) -> None:
+        self.catalog = catalog
+        self.settings = settings
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+
+    def setting(self, name: str, default: Any = "") -> Any:
+        value = self.settings.get(name, default)
+        return default if value is None else value
+
+    def error(self, variable: str, message: str) -> None:
+        self.errors.append(f"{variable}: {message}")
+
+    # --- sources and artifacts -------------------------------------------------------------
+    def sources(self) -> dict[str, str]:
+        merged = dict(self.catalog.get("sources", {}))
+        overrides = self.setting("sources", {})
+        if not isinstance(overrides, dict):
+            self.error("stack_sources", f"must be a mapping of source name to URL, got {type(overrides).__name__}")
+            return merged
+        for name, url in overrides.items():
+            if name not in merged:
+                self.error("stack_sources", f"unknown source '{name}'; allowed: {_allowed(sorted(merged))}")
+            elif not isinstance(url, str) or not URL_RE.match(url):
+                self.error(f"stack_sources.{name}", f"'{url}' is not a URL; allowed: http://, https:// or file:// URLs")
+            else:
+                merged[name] = url.rstrip("/")
+        return merged
+
+    def checksums(self) -> dict[str, str]:
+        overrides = self.setting("artifact_checksums", {})
+        if not isinstance(overrides, dict):
+            self.error("stack_artifact_checksums", "must be a mapping of file name to sha256")
+            return {}
+        good: dict[str, str] = {}
+        for name, value in overrides.items():
+            value = str(value).lower().removeprefix("sha256:")
+            if not SHA256_RE.match(value):
+                self.error(
+                    f"stack_artifact_checksums.{name}",
+                    f"'{overrides[name]}' is not a sha256 checksum; allowed: 64 hexadecimal characters",
+                )
+            else:
+                good[name] = value
+        return good
+
+    def local_artifacts(self) -> dict[str, str]:
+        paths = self.setting("local_artifacts", {})
+        if not isinstance(paths, dict):
+            self.error("stack_local_artifacts", "must be a mapping of file name to a path on the controller")
+            return {}
+        for name, path in paths.items():
+            if not os.path.isfile(str(path)):
+                self.error(f"stack_local_artifacts.{name}", f"'{path}' does not exist on the controller")
+        return {str(k): str(v) for k, v in paths.items()}
+
+    def artifact(
+        self, entry: dict[str, Any], sources: dict[str, str], checksums: dict[str, str], local: dict[str, str]
+    ) -> dict[str, Any]:
+        """Complete a catalog artifact entry with its URL, checksum override and local path."""
+        art = dict(entry)
+        name = art.get("file", "")
+        if art.get("source") == "pypi":
+            art["index_url"] = sources.get("pypi", "")
+            if art.get("package") and art.get("version"):
+                art["requirement"] = f"{art['package']}=={art['version']}"
+        elif art.get("source") in sources:
+            art["url"] = f"{sources[art['source']]}/{art['path']}"
+        if name in checksums:
+            art["sha256"] = checksums[name]
+        if name in local:
+            art["local_path"] = local[name]
+        return art
+
+    # --- component choices -----------------------------------------------------------------
+    def method(self, component: str, entry: dict[str, Any], version: str, stack: dict[str, Any]) -> str:
+        variable = f"stack_{component}_method"
+        default = stack.get("default_methods", {}).get(component, "")
+        chosen = str(self.setting(f"{component}_method", "") or default)
+        known = self.catalog["install_methods"][component]
+        if chosen not in known:
+            self.error(variable, f"'{chosen}' is not an install method for {component}; allowed: {_allowed(known)}")
+            return chosen
+        available = [m for m in known if m in entry]
+        if chosen not in entry:
+            alternatives = [v for v, e in self.catalog[component].items() if chosen in e and v != version]
+            hint = f" (or a {DISPLAY[component]} version that has it: {_allowed(alternatives)})" if alternatives else ""
+            self.error(
+                variable,
+                f"{DISPLAY[component]} {version} has no '{chosen}' artifact; "
+                f"allowed for it: {_allowed(available)}{hint}",
+            )
+        return chosen
+
+    def version(self, component: str, stack: dict[str, Any]) -> str:
+        """The stack's version of a component, or the user's override when the stack accepts it."""
+        variable = f"stack_{component}_version"
+        default = str(stack[component])
+        chosen = str(self.setting(f"{component}_version", "") or default)
+        accepted = [default, *[str(v) for v in stack.get("also_accepts", {}).get(component, [])]]
+        if chosen not in self.catalog[component]:
+            self.error(variable, f"'{chosen}' is not in the catalog; allowed: {_allowed(self.catalog[component])}")
+        elif chosen not in accepted:
+            self.error(
+                variable,
+                f"{DISPLAY[component]} {chosen} is not supported with stack '{stack['name']}'; "
+                f"allowed: {_allowed(accepted)}",
+            )
+        return chosen
+
+    def resolve(self) -> dict[str, Any]:
+        stacks = self.catalog["stacks"]
+        name = str(self.setting("name", "") or self.catalog["default_stack"])
+        if name not in stacks:
+            self.error("stack_name", f"'{name}' is not in the catalog; allowed: {_allowed(stacks)}")
+            return {}
+        stack = dict(stacks[name], name=name)
+        sources = self.sources()
+        checksums = self.checksums()
+        local = self.local_artifacts()
+
+        def art(entry: dict[str, Any]) -> dict[str, Any]:
+            return self.artifact(entry, sources, checksums, local)
+
+        resolved: dict[str, Any] = {"name": name, "description": stack.get("description", "").strip()}
+
+        # MindSpore decides which CUDA and cuDNN major it was built for.
+        ms_version = self.version("mindspore", stack)
+        ms = self.catalog["mindspore"].get(ms_version, {})
+        resolved["mindspore"] = {
+            "version": ms_version,
+            "package": ms.get("package", ""),
+            "pins": list(ms.get("pins", [])),
+            "libraries_required": list(ms.get("libraries_required", [])),
+            "libraries_optional": list(ms.get("libraries_optional", [])),
+            "wheels": {
+                tag: art(dict(w, package=ms.get("package"), version=ms_version))
+                for tag, w in ms.get("wheels", {}).items()
+            },
+        }
+        resolved["python_tags"] = sorted(ms.get("wheels", {}))
+
+        cuda_version = self.version("cuda", stack)
+        cuda = self.catalog["cuda"].get(cuda_version, {})
+        if ms and cuda_version not in ms.get("cuda", []):
+            self.error(
+                "stack_cuda_version",
+                f"CUDA {cuda_version} does not match {ms.get('package')} {ms_version}, which is built for "
+                f"CUDA {_allowed(ms.get('cuda', []))}; allowed: {_allowed(ms.get('cuda', []))}",
+            )
+        extra = self.setting("cuda_extra_versions", [])
+        if not isinstance(extra, list):
+            self.error("stack_cuda_extra_versions", f"must be a list of CUDA versions, got '{extra}'")
+            extra = []
+        for ver in extra:
+            if str(ver) not in self.catalog["cuda"]:
+                self.error(
+                    "stack_cuda_extra_versions",
+                    f"'{ver}' is not in the catalog; allowed: {_allowed(self.catalog['cuda'])}",
+                )
+        versions = [cuda_version, *[str(v) for v in extra if str(v) != cuda_version]]
+        cuda_method = self.method("cuda", cuda, cuda_version, stack)
+        resolved["cuda"] = {
+            "version": cuda_version,
+            "full_version": cuda.get("full_version", ""),
+            "method": cuda_method,
+            "versions": versions,
+            "artifacts": {
+                v: art(self.catalog["cuda"][v][cuda_method])
+                for v in versions
+                if v in self.catalog["cuda"] and cuda_method in self.catalog["cuda"][v]
+            },
+        }
+
+        self.resolve_cudnn(stack, resolved, cuda_version, ms, art)
+        self.resolve_nccl(stack, resolved, cuda_version, art)
+        self.resolve_tensorrt(stack, resolved, cuda_version, art)
+        self.resolve_driver(stack, resolved, versions, art)
+        resolved["openmpi"] = {"version": str(stack["openmpi"]), **self.catalog["openmpi"][str(stack["openmpi"])]}
+        resolved["sources"] = sources
+        resolved["platforms"] = self.catalog.get("platforms", {})
+        resolved["cuda_wheels"] = {
+            name: art(dict(entry, package=name, source="pypi"))
+            for name, entry in self.catalog.get("cuda_wheels", {}).items()
+        }
+        resolved["disk_mb"] = sum(
+            self.catalog["cuda"][v].get("disk_mb", 0) for v in versions if v in self.catalog["cuda"]
+        ) + sum(resolved[c].get("disk_mb", 0) for c in ("cudnn", "nccl", "tensorrt"))
+        return resolved
+
+    def resolve_cudnn(
+        self, stack: dict[str, Any], resolved: dict[str, Any], cuda_version: str, ms: dict[str, Any], art: Any
+    ) -> None:
+        version = self.version("cudnn", stack)
+        entry = self.catalog["cudnn"].get(version, {})
+        if entry and cuda_version not in entry.get("cuda", []):
+            fits = [v for v, e in self.catalog["cudnn"].items() if cuda_version in e.get("cuda", [])]
+            self.error(
+                "stack_cudnn_version",
+                f"cuDNN {version} supports CUDA {_allowed(entry.get('cuda', []))}, not CUDA {cuda_version}; "
+                f"allowed for CUDA {cuda_version}: {_allowed(fits)}",
+            )
+        if entry and ms and str(entry.get("major")) != str(ms.get("cudnn_major")):
+            self.error(
+                "stack_cudnn_version",
+                f"{ms.get('package')} {resolved['mindspore']['version']} loads libcudnn.so.{ms.get('cudnn_major')}, "
+                f"but cuDNN {version} is major {entry.get('major')}; allowed: a cuDNN {ms.get('cudnn_major')}.x",
+            )
+        method = self.method("cudnn", entry, version, stack)
+        resolved["cudnn"] = {
+            "version": version,
+            "full_version": entry.get("full_version", ""),
+            "major": str(entry.get("major", "")),
+            "method": method,
+            "disk_mb": entry.get("disk_mb", 0),
+            "artifact": art(entry[method]) if method in entry else {},
+        }
+
+    def resolve_nccl(self, stack: dict[str, Any], resolved: dict[str, Any], cuda_version: str, art: Any) -> None:
+        version = self.version("nccl", stack)
+        entry = self.catalog["nccl"].get(version, {})
+        if entry and cuda_version not in entry.get("cuda", []):
+            fits = [v for v, e in self.catalog["nccl"].items() if cuda_version in e.get("cuda", [])]
+            self.error(
+                "stack_nccl_version",
+                f"NCCL {version} is built for CUDA {_allowed(entry.get('cuda', []))}, not {cuda_version}; "
+                f"allowed for CUDA {cuda_version}: {_allowed(fits)}",
+            )
+        if entry and version_key(version) < version_key(entry.get("minimum", "0")):
+            self.error("stack_nccl_version", f"NCCL {version} is below the minimum {entry['minimum']}")
+        method = self.method("nccl", entry, version, stack)
+        resolved["nccl"] = {
+            "version": version,
+            "full_version": entry.get("full_version", ""),
+            "method": method,
+            "disk_mb": entry.get("disk_mb", 0),
+            "artifact": art(entry[method]) if method in entry else {},
+        }
+
+    def resolve_tensorrt(self, stack: dict[str, Any], resolved: dict[str, Any], cuda_version: str, art: Any) -> None:
+        enabled = self.setting("tensorrt_enabled", False)
+        if not isinstance(enabled, bool):
+            self.error("stack_tensorrt_enabled", f"'{enabled}' is not a boolean; allowed: true, false")
+            enabled = False
+        if not enabled:
+            resolved["tensorrt"] = {"enabled": False, "disk_mb": 0}
+            return
+        version = self.version("tensorrt", stack)
+        entry = self.catalog["tensorrt"].get(version, {})
+        if entry and cuda_version not in entry.get("cuda", []):
+            self.error(
+                "stack_tensorrt_version",
+                f"TensorRT {version} is built for CUDA {_allowed(entry.get('cuda', []))}, not {cuda_version}",
+            )
+        if entry and str(entry.get("cudnn_major")) != resolved["cudnn"]["major"]:
+            self.error(
+                "stack_tensorrt_version",
+                f"TensorRT {version} needs cuDNN {entry.get('cudnn_major')}.x, "
+                f"the stack has {resolved['cudnn']['version']}",
+            )
+        method = self.method("tensorrt", entry, version, stack)
+        resolved["tensorrt"] = {
+            "enabled": True,
+            "version": version,
+            "method": method,
+            "disk_mb": entry.get("disk_mb", 0),
+            "artifact": art(entry[method]) if method in entry else {},
+        }
+
+    def resolve_driver(
+        self, stack: dict[str, Any], resolved: dict[str, Any], cuda_versions: list[str], art: Any
+    ) -> None:
+        branches = self.catalog["driver"]
+        branch = str(self.setting("driver_branch", "") or stack["driver_branch"])
+        if branch not in branches:
+            self.error("stack_driver_branch", f"'{branch}' is not in the catalog; allowed: {_allowed(branches)}")
+            resolved["driver"] = {"branch": branch}
+            return
+        entry = branches[branch]
+        method = self.method("driver", entry, branch, stack)
+        version = str(self.setting("driver_version", "") or entry["version"])
+        if method == "runfile" and version not in entry.get("runfile", {}):
+            self.error(
+                "stack_driver_version",
+                f"no runfile for driver {version} in branch {branch}; allowed: {_allowed(entry.get('runfile', {}))}",
+            )
+        minimum = max(
+            (self.catalog["cuda"][v]["minimum_driver"] for v in cuda_versions if v in self.catalog["cuda"]),
+            key=version_key,
+            default="0",
+        )
+        if version_key(version) < version_key(minimum):
+            fits = [b for b, e in branches.items() if version_key(e["version"]) >= version_key(minimum)]
+            self.error(
+                "stack_driver_branch",
+                f"driver {version} (branch {branch}) is below the minimum {minimum} that CUDA "
+                f"{_allowed(cuda_versions)} needs; allowed: {_allowed(fits)}",
+            )
+        resolved["driver"] = {
+            "branch": branch,
+            "version": version,
+            "method": method,
+            "minimum": minimum,
+            "packages": list(entry.get(method, {}).get("packages", [])) if method != "runfile" else [],
+            "dkms_module": entry.get("distro", {}).get("dkms_module", "nvidia"),
+            "artifact": art(entry["runfile"][version])
+            if method == "runfile" and version in entry.get("runfile", {})
+            else {},
+        }
+
+
+def resolve_stack(catalog: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """Resolve `settings` (stack_* variables without the prefix) against `catalog`."""
+    resolver = _Resolver(catalog, settings)
+    try:
+        stack = resolver.resolve()
+    except KeyError as exc:  # a malformed catalog is a bug in this project, not user input
+        resolver.errors.append(f"catalog: entry {exc} is missing (catalog/stacks.yml is malformed)")
+        stack = {}
+    return {"errors": resolver.errors, "warnings": resolver.warnings, "stack": stack}
+
+
+class FilterModule:
+    """Ansible filter plugin entry point."""
+
+    def filters(self) -> dict[str, Any]:
+        return {"stack_resolve": resolve_stack, "stack_version_key": version_key}

@@ -1,0 +1,166 @@
+"""Tasks of the MindSpore GPU toolkit (run them through ./toolkit, which sets up .venv first).
+
+./toolkit --list                  all tasks
+./toolkit provision               provision one local sandbox host (no GPU), end to end
+./toolkit provision -i inventory/mysite/hosts.yml
+./toolkit test                    lint + unit + integration + molecule, as CI runs it
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from invoke import Collection, Context, Exit, task
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from testbed import sandbox  # noqa: E402  (needs ROOT on sys.path)
+
+VENV_BIN = Path(sys.prefix) / "bin"
+SANDBOX_HOST = "msgpu-sandbox-1"
+SANDBOX_INVENTORY = sandbox.CACHE / "sandbox" / "inventory.yml"
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for every tool: the venv first on PATH, the project's ansible.cfg."""
+    env = {
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_FORCE_COLOR": os.environ.get("ANSIBLE_FORCE_COLOR", "0"),
+        "PY_COLORS": os.environ.get("PY_COLORS", "0"),
+    }
+    env.update(extra or {})
+    return env
+
+
+def _run(c: Context, cmd: str, env: dict[str, str] | None = None, what: str = "") -> float:
+    """Run `cmd` from the project root; raise Exit naming the step when it fails. Returns seconds."""
+    started = time.monotonic()
+    print(f"\n==> {what or cmd}", flush=True)
+    with c.cd(str(ROOT)):
+        result = c.run(cmd, env=_env(env), warn=True, pty=False)
+    elapsed = time.monotonic() - started
+    if result is None or not result.ok:
+        raise Exit(f"FAILED: {what or cmd} (exit {getattr(result, 'exited', '?')}, {elapsed:.0f} s)", code=1)
+    print(f"<== {what or cmd}: ok in {elapsed:.0f} s", flush=True)
+    return elapsed
+
+
+def _sandbox_image(flavour: str = "focal") -> str:
+    try:
+        return sandbox.build_image(flavour)
+    except sandbox.SandboxError as exc:
+        raise Exit(f"sandbox: {exc}", code=1) from exc
+
+
+@task
+def setup(c: Context) -> None:
+    """Install the pinned controller tools into .venv and prepare the sandbox image (Docker)."""
+    _run(c, f"{shlex.quote(str(VENV_BIN / 'pip'))} install -q -r requirements.txt", what="pip install")
+    print(f"sandbox image: {_sandbox_image()}")
+
+
+@task
+def lint(c: Context) -> None:
+    """yamllint, ansible-lint (production profile), ruff, and a syntax check of site.yml."""
+    _run(c, "yamllint --strict .", what="yamllint")
+    _run(c, "ansible-lint --profile production --offline", what="ansible-lint (production)")
+    _run(c, "ruff check .", what="ruff")
+    _run(
+        c,
+        "ansible-playbook --syntax-check -i inventory/example/hosts.yml playbooks/site.yml",
+        what="site.yml syntax check",
+    )
+
+
+@task(
+    help={
+        "fast": "Lint and unit tests only (no containers).",
+        "keyword": "Only tests whose names match this pytest -k expression (skips lint and molecule).",
+    }
+)
+def test(c: Context, fast: bool = False, keyword: str = "") -> None:
+    """The whole suite as CI runs it: lint, unit tests, sandbox integration tests, molecule."""
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    if keyword:
+        image = _sandbox_image()
+        _run(c, f"pytest -q -k {shlex.quote(keyword)} tests", env={"MSGPU_SANDBOX_IMAGE": image})
+        return
+    lint_started = time.monotonic()
+    lint(c)
+    timings["lint"] = time.monotonic() - lint_started
+    timings["unit"] = _run(c, "pytest -q tests/unit", what="unit tests")
+    if not fast:
+        image = _sandbox_image()
+        _sandbox_image("bullseye")
+        env = {"MSGPU_SANDBOX_IMAGE": image}
+        timings["integration"] = _run(c, "pytest -q tests/integration", env=env, what="integration tests (sandbox)")
+        timings["molecule"] = _run(
+            c, "molecule test --all", env=env, what="molecule (converge, idempotence, testinfra)"
+        )
+    summary = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+    print(f"\nAll checks passed in {time.monotonic() - started:.0f} s ({summary}).")
+
+
+@task(
+    help={
+        "inventory": "Inventory of real hosts; without it one local sandbox container is provisioned.",
+        "limit": "Ansible --limit pattern.",
+        "check": "Dry run: ansible-playbook --check --diff.",
+        "extra": 'Extra ansible-playbook arguments, e.g. "-e stack_cudnn_method=wheel".',
+    }
+)
+def provision(c: Context, inventory: str = "", limit: str = "", check: bool = False, extra: str = "") -> None:
+    """Provision the GPU stack with playbooks/site.yml (a local sandbox host when no inventory is given)."""
+    if inventory:
+        if not Path(inventory).exists():
+            raise Exit(f"--inventory: '{inventory}' does not exist (copy inventory/example to start one)", code=2)
+        inv = inventory
+    else:
+        inv = str(_sandbox_up())
+        print(f"No inventory given: provisioning the local sandbox host {SANDBOX_HOST} (no GPU).")
+    args = ["ansible-playbook", "-i", inv, "playbooks/site.yml"]
+    if limit:
+        args += ["--limit", limit]
+    if check:
+        args += ["--check", "--diff"]
+    cmd = " ".join(shlex.quote(a) for a in args) + (f" {extra}" if extra else "")
+    _run(c, cmd, what="ansible-playbook site.yml")
+
+
+def _sandbox_up() -> Path:
+    try:
+        sandbox.ensure_docker()
+        if not sandbox.host_running(SANDBOX_HOST):
+            sandbox.start_host(SANDBOX_HOST)
+    except sandbox.SandboxError as exc:
+        raise Exit(f"sandbox: {exc}", code=1) from exc
+    return sandbox.write_inventory(SANDBOX_INVENTORY, [SANDBOX_HOST])
+
+
+@task(positional=["action"], help={"action": "up | down | shell | status"})
+def sandbox_host(c: Context, action: str = "status") -> None:
+    """Manage the local sandbox host (an Ubuntu 20.04 container without a GPU)."""
+    if action == "up":
+        print(f"{SANDBOX_HOST} is up; inventory: {_sandbox_up()}")
+    elif action == "down":
+        sandbox.stop_host(SANDBOX_HOST)
+        print(f"{SANDBOX_HOST} removed")
+    elif action == "shell":
+        _sandbox_up()
+        os.execvp("docker", ["docker", "exec", "-it", SANDBOX_HOST, "bash", "-l"])
+    elif action == "status":
+        running = sandbox.docker_ready() and sandbox.host_running(SANDBOX_HOST)
+        print(f"{SANDBOX_HOST}: {'running' if running else 'not running'}; image {sandbox.image_tag()}")
+    else:
+        raise Exit(f"sandbox: unknown action '{action}'; allowed: up, down, shell, status", code=2)
+
+
+namespace = Collection(setup, lint, test, provision)
+namespace.add_task(sandbox_host, name="sandbox")

@@ -1,0 +1,274 @@
+"""Sandbox hosts: real Ubuntu 20.04 (and Debian 11) root file systems in Docker containers.
+
+No image registry is reachable, so the base image is built with debootstrap from the
+distribution's archive and imported into Docker. The Ubuntu archive keyring comes from the
+Ubuntu pool, pinned by sha256 (Debian ships no Ubuntu keyring). The image is cached by content:
+the recipe below, the keyring and the host's extra CA certificates (an intercepting proxy's CA
+must be trusted inside the container for pip and apt over HTTPS).
+
+Used by tasks.py (`invoke sandbox.up`, `invoke provision`), by molecule (through the
+MSGPU_SANDBOX_IMAGE environment variable) and by the integration tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("MSGPU_CACHE", ROOT / ".cache"))
+LABEL = "msgpu.sandbox=1"
+HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
+
+
+@dataclass(frozen=True)
+class Distro:
+    """How to debootstrap one base image."""
+
+    name: str
+    suite: str
+    mirror: str
+    components: str
+    sources: str
+    include: tuple[str, ...]
+    keyring_url: str = ""
+    keyring_sha256: str = ""
+    keyring_member: str = ""
+    host_keyring: str = ""
+
+
+UBUNTU_ARCHIVE = os.environ.get("MSGPU_UBUNTU_ARCHIVE", "http://archive.ubuntu.com/ubuntu")
+DEBIAN_ARCHIVE = os.environ.get("MSGPU_DEBIAN_ARCHIVE", "http://deb.debian.org/debian")
+
+DISTROS = {
+    # The product's target: what a fresh Ubuntu Server 20.04 has that matters here (python3,
+    # python3-apt for Ansible's apt module, pciutils, kmod) and nothing more.
+    "focal": Distro(
+        name="ubuntu-20.04",
+        suite="focal",
+        mirror=UBUNTU_ARCHIVE,
+        components="main,universe",
+        sources=(
+            f"deb {UBUNTU_ARCHIVE} focal main restricted universe multiverse\n"
+            f"deb {UBUNTU_ARCHIVE} focal-updates main restricted universe multiverse\n"
+            f"deb {UBUNTU_ARCHIVE} focal-security main restricted universe multiverse\n"
+        ),
+        # python2.7-minimal: a real interpreter with no MindSpore wheel, for preflight tests.
+        include=("python3", "python3-apt", "ca-certificates", "pciutils", "kmod", "python2.7-minimal"),
+        keyring_url=f"{UBUNTU_ARCHIVE}/pool/main/u/ubuntu-keyring/ubuntu-keyring_2020.02.11.4_all.deb",
+        keyring_sha256="2684fae16e90a9ff3cb4dc08a8af5bd9973d38763b60e5f458dea0b403a39788",
+        keyring_member="./usr/share/keyrings/ubuntu-archive-keyring.gpg",
+    ),
+    # An OS the toolkit does not support, to prove preflight refuses it.
+    "bullseye": Distro(
+        name="debian-11",
+        suite="bullseye",
+        mirror=DEBIAN_ARCHIVE,
+        components="main",
+        sources=f"deb {DEBIAN_ARCHIVE} bullseye main\n",
+        include=("python3", "python3-apt", "ca-certificates"),
+        host_keyring="/usr/share/keyrings/debian-archive-keyring.gpg",
+    ),
+}
+
+# Docker images keep services from starting (no init system); a real host runs them.
+POLICY_RC_D = "#!/bin/sh\nexit 101\n"
+
+
+class SandboxError(RuntimeError):
+    """A clear, user-facing failure of the test bed."""
+
+
+def log(message: str) -> None:
+    print(f"[sandbox] {message}", file=sys.stderr, flush=True)
+
+
+def run(cmd: list[str], check: bool = True, capture: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, text=True, capture_output=capture, **kwargs)
+    if check and result.returncode != 0:
+        detail = (result.stderr or result.stdout or "").strip()[-2000:] if capture else ""
+        raise SandboxError(f"command failed ({result.returncode}): {' '.join(cmd)}\n{detail}")
+    return result
+
+
+def _apt_install(packages: list[str]) -> None:
+    if os.geteuid() != 0:
+        raise SandboxError(f"{', '.join(packages)} missing; install them (sudo apt-get install {' '.join(packages)})")
+    log(f"installing {' '.join(packages)} with apt-get")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run(["apt-get", "update", "-qq"], env=env)
+    run(["apt-get", "install", "-y", "-qq", *packages], env=env)
+
+
+def docker_ready() -> bool:
+    return shutil.which("docker") is not None and run(["docker", "info"], check=False, capture=True).returncode == 0
+
+
+def ensure_docker(timeout: float = 90.0) -> None:
+    """Make a Docker engine answer: install docker.io and start dockerd when needed."""
+    if docker_ready():
+        return
+    if shutil.which("dockerd") is None:
+        _apt_install(["docker.io"])
+        if docker_ready():
+            return
+    CACHE.mkdir(parents=True, exist_ok=True)
+    log_file = CACHE / "dockerd.log"
+    log(f"starting dockerd (log: {log_file})")
+    with open(log_file, "ab") as out:
+        subprocess.Popen(["dockerd"], stdout=out, stderr=out, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if docker_ready():
+            return
+        time.sleep(1)
+    raise SandboxError(f"dockerd did not answer within {timeout:.0f} s; see {log_file}")
+
+
+def _host_ca_files() -> list[Path]:
+    return sorted(HOST_CA_DIR.glob("*.crt")) if HOST_CA_DIR.is_dir() else []
+
+
+def image_key(distro: Distro) -> str:
+    digest = hashlib.sha256()
+    digest.update(json.dumps(distro.__dict__, sort_keys=True).encode())
+    digest.update(POLICY_RC_D.encode())
+    digest.update(Path(__file__).read_bytes())
+    for ca in _host_ca_files():
+        digest.update(ca.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def image_tag(flavour: str = "focal") -> str:
+    return f"msgpu-sandbox:{flavour}-{image_key(DISTROS[flavour])}"
+
+
+def _fetch_keyring(distro: Distro, workdir: Path) -> Path:
+    if distro.host_keyring:
+        if not Path(distro.host_keyring).is_file():
+            _apt_install(["debian-archive-keyring"])
+        return Path(distro.host_keyring)
+    deb = CACHE / "downloads" / Path(distro.keyring_url).name
+    deb.parent.mkdir(parents=True, exist_ok=True)
+    if not deb.is_file() or hashlib.sha256(deb.read_bytes()).hexdigest() != distro.keyring_sha256:
+        log(f"fetching {distro.keyring_url}")
+        partial = deb.with_suffix(".partial")
+        with urllib.request.urlopen(distro.keyring_url, timeout=60) as response, open(partial, "wb") as out:
+            shutil.copyfileobj(response, out)
+        got = hashlib.sha256(partial.read_bytes()).hexdigest()
+        if got != distro.keyring_sha256:
+            partial.unlink()
+            raise SandboxError(f"{deb.name}: sha256 {got} does not match the pinned {distro.keyring_sha256}")
+        partial.rename(deb)
+    unpacked = workdir / "keyring"
+    run(["dpkg-deb", "-x", str(deb), str(unpacked)])
+    return unpacked / distro.keyring_member
+
+
+def build_image(flavour: str = "focal") -> str:
+    """Return the tag of the sandbox image, building it (or importing it from the cache) if needed."""
+    distro = DISTROS[flavour]
+    tag = image_tag(flavour)
+    ensure_docker()
+    if run(["docker", "image", "inspect", tag], check=False, capture=True).returncode == 0:
+        return tag
+    tarball = CACHE / "images" / f"{flavour}-{image_key(distro)}.tar"
+    if not tarball.is_file():
+        if shutil.which("debootstrap") is None:
+            _apt_install(["debootstrap"])
+        tarball.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="msgpu-rootfs-") as tmp:
+            work = Path(tmp)
+            keyring = _fetch_keyring(distro, work)
+            rootfs = work / "rootfs"
+            log(f"debootstrap {distro.suite} from {distro.mirror} (about 30 s)")
+            started = time.monotonic()
+            run(
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--components={distro.components}",
+                    f"--include={','.join(distro.include)}",
+                    f"--keyring={keyring}",
+                    distro.suite,
+                    str(rootfs),
+                    distro.mirror,
+                ],
+                capture=True,
+            )
+            log(f"debootstrap done in {time.monotonic() - started:.0f} s")
+            (rootfs / "etc/apt/sources.list").write_text(distro.sources)
+            policy = rootfs / "usr/sbin/policy-rc.d"
+            policy.write_text(POLICY_RC_D)
+            policy.chmod(0o755)
+            for ca in _host_ca_files():
+                shutil.copy(ca, rootfs / "usr/local/share/ca-certificates" / ca.name)
+            run(["chroot", str(rootfs), "update-ca-certificates"], capture=True)
+            shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
+            (rootfs / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+            partial = tarball.with_suffix(".partial")
+            with tarfile.open(partial, "w") as tar:
+                tar.add(rootfs, arcname=".")
+            partial.rename(tarball)
+    log(f"importing {tarball.name} as {tag}")
+    with open(tarball, "rb") as data:
+        run(
+            ["docker", "import", "--change", 'CMD ["sleep", "infinity"]', "--change", "ENV LANG=C.UTF-8", "-", tag],
+            stdin=data,
+            capture=True,
+        )
+    return tag
+
+
+def start_host(name: str, flavour: str = "focal", network: str | None = None) -> str:
+    """(Re)create a sandbox container called `name`; returns its name."""
+    tag = build_image(flavour)
+    stop_host(name)
+    cmd = ["docker", "run", "-d", "--name", name, "--hostname", name, "--label", LABEL]
+    if network:
+        cmd += ["--network", network]
+    run([*cmd, tag], capture=True)
+    return name
+
+
+def stop_host(name: str) -> None:
+    if shutil.which("docker") and docker_ready():
+        run(["docker", "rm", "-f", name], check=False, capture=True)
+
+
+def host_running(name: str) -> bool:
+    result = run(["docker", "inspect", "-f", "{{.State.Running}}", name], check=False, capture=True)
+    return result.returncode == 0 and result.stdout.strip() == "true"
+
+
+def write_inventory(path: Path, hosts: list[str], group_vars: dict | None = None) -> Path:
+    """An Ansible inventory that reaches the containers through the docker connection."""
+    inventory = {
+        "all": {
+            "children": {
+                "gpu_servers": {
+                    "hosts": {h: {} for h in hosts},
+                    "vars": {
+                        "ansible_connection": "community.docker.docker",
+                        "ansible_python_interpreter": "/usr/bin/python3",
+                        # Sandbox containers have no GPU on purpose.
+                        "stack_no_gpu": True,
+                        **(group_vars or {}),
+                    },
+                }
+            }
+        }
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(inventory, indent=2) + "\n")
+    return path
