@@ -52,7 +52,7 @@ DEBIAN_ARCHIVE = os.environ.get("MSGPU_DEBIAN_ARCHIVE", "http://deb.debian.org/d
 
 DISTROS = {
     # The product's target: what a fresh Ubuntu Server 20.04 has that matters here (python3,
-    # python3-apt for Ansible's apt module, pciutils, kmod) and nothing more.
+    # python3-apt for Ansible's apt module, pciutils, kmod, sudo) and nothing more.
     "focal": Distro(
         name="ubuntu-20.04",
         suite="focal",
@@ -64,7 +64,7 @@ DISTROS = {
             f"deb {UBUNTU_ARCHIVE} focal-security main restricted universe multiverse\n"
         ),
         # python2.7-minimal: a real interpreter with no MindSpore wheel, for preflight tests.
-        include=("python3", "python3-apt", "ca-certificates", "pciutils", "kmod", "python2.7-minimal"),
+        include=("python3", "python3-apt", "ca-certificates", "pciutils", "kmod", "sudo", "python2.7-minimal"),
         keyring_url=f"{UBUNTU_ARCHIVE}/pool/main/u/ubuntu-keyring/ubuntu-keyring_2020.02.11.4_all.deb",
         keyring_sha256="2684fae16e90a9ff3cb4dc08a8af5bd9973d38763b60e5f458dea0b403a39788",
         keyring_member="./usr/share/keyrings/ubuntu-archive-keyring.gpg",
@@ -80,6 +80,9 @@ DISTROS = {
         host_keyring="/usr/share/keyrings/debian-archive-keyring.gpg",
     ),
 }
+
+# Bump when the build steps in build_image() change, so cached images are rebuilt.
+RECIPE_VERSION = 1
 
 # Docker images keep services from starting (no init system); a real host runs them.
 POLICY_RC_D = "#!/bin/sh\nexit 101\n"
@@ -142,8 +145,7 @@ def _host_ca_files() -> list[Path]:
 def image_key(distro: Distro) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps(distro.__dict__, sort_keys=True).encode())
-    digest.update(POLICY_RC_D.encode())
-    digest.update(Path(__file__).read_bytes())
+    digest.update(f"{RECIPE_VERSION}{POLICY_RC_D}".encode())
     for ca in _host_ca_files():
         digest.update(ca.read_bytes())
     return digest.hexdigest()[:16]

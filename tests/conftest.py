@@ -1,0 +1,32 @@
+"""Shared test helpers: the project root on sys.path, the catalog and the resolver."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def load_module(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def catalog() -> dict:
+    return yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+
+
+@pytest.fixture(scope="session")
+def stack_catalog():
+    """The resolver the `stack` role uses as its filter plugin."""
+    return load_module("stack_catalog", ROOT / "roles" / "stack" / "filter_plugins" / "stack_catalog.py")

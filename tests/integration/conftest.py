@@ -1,0 +1,88 @@
+"""Fixtures for tests against real sandbox containers (Ubuntu 20.04, and Debian 11 as an
+unsupported OS). Containers are created once per session and removed afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from testbed import sandbox  # noqa: E402
+
+# Paths that Ansible's own machinery or the kernel touch on every run; a toolkit change
+# anywhere else shows up in the fingerprint.
+FINGERPRINT = r"""
+set -e
+dpkg-query -W -f '${Package} ${Version} ${Status}\n' | sha256sum
+find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /tmp -o -path /run \
+  -o -path /root/.ansible -o -path /msgpu-marker -o -name __pycache__ \) -prune \
+  -o -newer /msgpu-marker ! -path /root -print | sort
+"""
+
+
+@dataclass
+class Host:
+    name: str
+
+    def sh(self, script: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker", "exec", self.name, "bash", "-c", script], text=True, capture_output=True)
+
+    def fingerprint(self) -> str:
+        result = self.sh(FINGERPRINT)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    output: str
+
+
+def run_playbook(playbook: str, inventory: Path, extra_vars: dict | None = None,
+                 args: list[str] | None = None) -> PlaybookRun:
+    cmd = [str(Path(sys.prefix) / "bin" / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / playbook)]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
+    cmd += args or []
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    result = subprocess.run(cmd, text=True, capture_output=True, env=env, cwd=ROOT, timeout=600)
+    return PlaybookRun(result.returncode, result.stdout + result.stderr)
+
+
+def _start(name: str, flavour: str) -> Host:
+    sandbox.start_host(name, flavour)
+    host = Host(name)
+    assert host.sh("touch /msgpu-marker").returncode == 0
+    return host
+
+
+@pytest.fixture(scope="session")
+def focal_host() -> Iterator[Host]:
+    host = _start("msgpu-it-focal", "focal")
+    yield host
+    sandbox.stop_host(host.name)
+
+
+@pytest.fixture(scope="session")
+def bullseye_host() -> Iterator[Host]:
+    host = _start("msgpu-it-bullseye", "bullseye")
+    yield host
+    sandbox.stop_host(host.name)
+
+
+@pytest.fixture
+def inventory_for(tmp_path: Path):
+    def make(*hosts: Host, group_vars: dict | None = None) -> Path:
+        return sandbox.write_inventory(tmp_path / "inventory.yml", [h.name for h in hosts], group_vars)
+
+    return make

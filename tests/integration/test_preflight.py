@@ -1,0 +1,85 @@
+"""Preflight against real containers: it refuses bad settings and unsuitable hosts with a
+message that names the variable, and in every case the host is left exactly as it was."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import run_playbook
+
+
+def test_good_configuration_passes_and_changes_nothing(focal_host, inventory_for):
+    before = focal_host.fingerprint()
+    result = run_playbook("preflight.yml", inventory_for(focal_host))
+    assert result.rc == 0, result.output
+    assert "ms1.5-cuda11.1: mindspore-gpu 1.5.1 (cp38)" in result.output
+    assert "changed=0" in result.output
+    assert focal_host.fingerprint() == before
+
+
+def test_check_mode_passes(focal_host, inventory_for):
+    result = run_playbook("site.yml", inventory_for(focal_host), args=["--check", "--diff"])
+    assert result.rc == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("extra_vars", "expected"),
+    [
+        pytest.param({"stack_name": "ms9.9-cuda99"}, ["stack_name: 'ms9.9-cuda99' is not in the catalog",
+                                                      "allowed: ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.2-cuda11.6"],
+                     id="unknown-stack"),
+        pytest.param({"stack_name": "ms2.2-cuda11.6", "stack_cudnn_version": "8.0.5"},
+                     ["stack_cudnn_version:", "not CUDA 11.6", "allowed for CUDA 11.6: 8.5.0"], id="cudnn-vs-cuda"),
+        pytest.param({"stack_name": "ms2.2-cuda11.6", "stack_driver_branch": "470"},
+                     ["stack_driver_branch:", "below the minimum 510.39.01", "allowed: 510"], id="driver-below-cuda"),
+        pytest.param({"stack_cudnn_method": "wheel"},
+                     ["stack_cudnn_method: cuDNN 8.0.5 has no 'wheel' artifact"], id="method-not-for-version"),
+        pytest.param({"stack_cudnn_method": "conda"}, ["stack_cudnn_method", "conda"], id="unknown-method"),
+        pytest.param({"stack_no_gpu": "maybe"}, ["stack_no_gpu"], id="not-a-bool"),
+        pytest.param({"stack_python": "/usr/bin/python2.7"},
+                     ["stack_python '/usr/bin/python2.7' is cp27", "has wheels for cp37, cp38, cp39 only"],
+                     id="python-without-wheel"),
+        pytest.param({"stack_python": "/opt/python3.9/bin/python3"}, ["stack_python", "does not run on this host"],
+                     id="python-missing"),
+        pytest.param({"stack_no_gpu": False}, ["no NVIDIA GPU on the PCI bus", "stack_no_gpu: true"], id="no-gpu"),
+        pytest.param({"stack_install_prefix": "/nonexistent"}, ["stack_install_prefix '/nonexistent' does not exist"],
+                     id="bad-prefix"),
+    ],
+)
+def test_refusal_names_the_variable_and_leaves_the_host_unchanged(focal_host, inventory_for, extra_vars, expected):
+    before = focal_host.fingerprint()
+    result = run_playbook("site.yml", inventory_for(focal_host), extra_vars)
+    assert result.rc != 0, result.output
+    flat = " ".join(result.output.split())
+    for text in expected:
+        assert text in flat, f"{text!r} not in output:\n{result.output[-3000:]}"
+    assert focal_host.fingerprint() == before
+
+
+def test_unsupported_os_is_refused(bullseye_host, inventory_for):
+    before = bullseye_host.fingerprint()
+    result = run_playbook("site.yml", inventory_for(bullseye_host))
+    assert result.rc != 0
+    flat = " ".join(result.output.split())
+    assert "the operating system Debian 11" in flat, flat
+    assert "(facts ansible_distribution/ansible_distribution_version) is not supported; allowed: ubuntu-20.04" in flat
+    assert bullseye_host.fingerprint() == before
+
+
+def test_inventory_without_the_group_is_refused(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"webservers": {"hosts": {"web1": {}}}}}}))
+    result = run_playbook("site.yml", inventory)
+    assert result.rc != 0
+    flat = " ".join(result.output.split())
+    assert "stack_group: the inventory has no hosts in group 'gpu_servers'" in flat, flat
+    assert "webservers" in flat
+
+
+def test_bad_global_setting_stops_every_host(focal_host, bullseye_host, inventory_for):
+    """Config errors are fatal for all hosts before any host is even contacted."""
+    result = run_playbook("site.yml", inventory_for(focal_host, bullseye_host), {"stack_name": "nope"})
+    assert result.rc != 0
+    assert "Gather the facts the checks need" not in result.output

@@ -1,0 +1,102 @@
+"""The catalog resolver: what preflight accepts and what it refuses, with which message."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+
+def errors_for(stack_catalog, catalog, **settings) -> list[str]:
+    return stack_catalog.resolve_stack(catalog, settings)["errors"]
+
+
+@pytest.mark.parametrize("name", ["ms1.5-cuda11.1", "ms1.10-cuda11.1", "ms2.2-cuda11.6"])
+def test_every_stack_resolves_with_its_defaults(stack_catalog, catalog, name):
+    result = stack_catalog.resolve_stack(catalog, {"name": name})
+    assert result["errors"] == []
+    assert result["stack"]["name"] == name
+
+
+def test_default_stack_is_the_seeds(stack_catalog, catalog):
+    stack = stack_catalog.resolve_stack(catalog, {})["stack"]
+    assert stack["mindspore"]["package"] == "mindspore-gpu"
+    assert stack["mindspore"]["version"].startswith("1.5.")
+    assert (stack["cuda"]["version"], stack["cudnn"]["version"], stack["nccl"]["version"]) == ("11.1", "8.0.5", "2.8.4")
+    assert stack["driver"]["branch"] == "470"
+    assert stack["driver"]["minimum"] == "450.80.02"
+    assert set(stack["mindspore"]["pins"]) == {"numpy<1.24", "pillow<10"}
+    assert "cp38" in stack["python_tags"]
+
+
+def test_seed_stack_accepts_the_vendor_cp38_build(stack_catalog, catalog):
+    stack = stack_catalog.resolve_stack(catalog, {"mindspore_version": "1.5.0"})["stack"]
+    wheel = stack["mindspore"]["wheels"]["cp38"]
+    assert wheel["url"].startswith(catalog["sources"]["mindspore_release"])
+    assert wheel["url"].endswith("mindspore_gpu-1.5.0-cp38-cp38-linux_x86_64.whl")
+
+
+def test_mirror_override_rewrites_urls(stack_catalog, catalog):
+    stack = stack_catalog.resolve_stack(
+        catalog, {"name": "ms2.2-cuda11.6", "sources": {"mindspore_release": "http://127.0.0.1:8080/ms/"}}
+    )["stack"]
+    assert stack["mindspore"]["wheels"]["cp38"]["url"] == (
+        "http://127.0.0.1:8080/ms/2.2.14/MindSpore/unified/x86_64/mindspore-2.2.14-cp38-cp38-linux_x86_64.whl"
+    )
+
+
+def test_pypi_artifacts_carry_requirement_and_checksum(stack_catalog, catalog):
+    stack = stack_catalog.resolve_stack(
+        catalog, {"cudnn_version": "8.5.0", "cudnn_method": "wheel", "nccl_version": "2.14.3", "nccl_method": "wheel"}
+    )["stack"]
+    assert stack["cudnn"]["artifact"]["requirement"] == "nvidia-cudnn-cu11==8.5.0.96"
+    assert re.fullmatch(r"[0-9a-f]{64}", stack["cudnn"]["artifact"]["sha256"])
+    assert stack["nccl"]["artifact"]["requirement"] == "nvidia-nccl-cu11==2.14.3"
+
+
+def test_checksum_override_is_applied(stack_catalog, catalog):
+    digest = "ab" * 32
+    stack = stack_catalog.resolve_stack(
+        catalog, {"artifact_checksums": {"cudnn-11.1-linux-x64-v8.0.5.39.tgz": f"sha256:{digest.upper()}"}}
+    )["stack"]
+    assert stack["cudnn"]["artifact"]["sha256"] == digest
+
+
+@pytest.mark.parametrize(
+    ("settings", "variable", "allowed"),
+    [
+        ({"name": "ms9.9-cuda99"}, "stack_name", "ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.2-cuda11.6"),
+        ({"mindspore_version": "1.7.0"}, "stack_mindspore_version", "allowed: "),
+        ({"mindspore_version": "2.2.14"}, "stack_mindspore_version", "allowed: 1.5.1, 1.5.0"),
+        ({"cuda_version": "11.6"}, "stack_cuda_version", "allowed: 11.1"),
+        ({"cudnn_version": "7.6.5"}, "stack_cudnn_version", "allowed: 8.0.5, 8.5.0"),
+        ({"name": "ms2.2-cuda11.6", "cudnn_version": "8.0.5"}, "stack_cudnn_version", "allowed: 8.5.0"),
+        ({"nccl_version": "2.3.7"}, "stack_nccl_version", "allowed: 2.8.4, 2.14.3"),
+        ({"driver_branch": "390"}, "stack_driver_branch", "allowed: 470, 510"),
+        ({"name": "ms2.2-cuda11.6", "driver_branch": "470"}, "stack_driver_branch", "allowed: 510"),
+        ({"cuda_extra_versions": ["11.6"]}, "stack_driver_branch", "allowed: 510"),
+        ({"cuda_extra_versions": ["12.4"]}, "stack_cuda_extra_versions", "allowed: 11.1, 11.6"),
+        ({"cuda_extra_versions": "11.6"}, "stack_cuda_extra_versions", "must be a list"),
+        ({"cudnn_method": "wheel"}, "stack_cudnn_method", "allowed for it: tarball, cuda_repo"),
+        ({"cudnn_method": "conda"}, "stack_cudnn_method", "allowed: tarball, cuda_repo, wheel"),
+        ({"cuda_method": "wheel"}, "stack_cuda_method", "allowed: runfile, cuda_repo"),
+        ({"driver_method": "runfile", "driver_version": "470.42"}, "stack_driver_version", "allowed: 470.86"),
+        ({"tensorrt_enabled": True, "tensorrt_method": "wheel"}, "stack_tensorrt_method", "allowed for it: tarball"),
+        ({"tensorrt_enabled": "yes"}, "stack_tensorrt_enabled", "allowed: true, false"),
+        ({"sources": {"nvidia": "http://x"}}, "stack_sources", "allowed: mindspore_release"),
+        ({"sources": {"pypi": "pypi.example.org"}}, "stack_sources.pypi", "http://, https:// or file://"),
+        ({"artifact_checksums": {"a.run": "md5:123"}}, "stack_artifact_checksums.a.run", "64 hexadecimal"),
+        ({"local_artifacts": {"a.tgz": "/nonexistent/a.tgz"}}, "stack_local_artifacts.a.tgz", "does not exist"),
+    ],
+)
+def test_refusals_name_the_variable_and_what_is_allowed(stack_catalog, catalog, settings, variable, allowed):
+    errors = errors_for(stack_catalog, catalog, **settings)
+    matching = [e for e in errors if e.startswith(f"{variable}: ")]
+    assert matching, f"no error for {variable} in {errors}"
+    assert any(allowed in e for e in matching), matching
+
+
+def test_version_key_orders_driver_versions(stack_catalog):
+    key = stack_catalog.version_key
+    assert key("450.80.02") < key("470.86") < key("510.39.01")
+    assert key("2.8.4") > key("2.7.8")
