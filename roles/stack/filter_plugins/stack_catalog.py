@@ -228,18 +228,22 @@ class _Resolver:
         ) + sum(resolved[c].get("disk_mb", 0) for c in ("cudnn", "nccl", "tensorrt"))
         return resolved
 
+    def check_cuda_fit(self, component: str, version: str, entry: dict[str, Any], cuda_version: str) -> None:
+        """Refuse a component version that was not built for the stack's CUDA."""
+        if entry and cuda_version not in entry.get("cuda", []):
+            fits = [v for v, e in self.catalog[component].items() if cuda_version in e.get("cuda", [])]
+            self.error(
+                f"stack_{component}_version",
+                f"{DISPLAY[component]} {version} supports CUDA {_allowed(entry.get('cuda', []))}, not CUDA "
+                f"{cuda_version}; allowed for CUDA {cuda_version}: {_allowed(fits)}",
+            )
+
     def resolve_cudnn(
         self, stack: dict[str, Any], resolved: dict[str, Any], cuda_version: str, ms: dict[str, Any], art: Any
     ) -> None:
         version = self.version("cudnn", stack)
         entry = self.catalog["cudnn"].get(version, {})
-        if entry and cuda_version not in entry.get("cuda", []):
-            fits = [v for v, e in self.catalog["cudnn"].items() if cuda_version in e.get("cuda", [])]
-            self.error(
-                "stack_cudnn_version",
-                f"cuDNN {version} supports CUDA {_allowed(entry.get('cuda', []))}, not CUDA {cuda_version}; "
-                f"allowed for CUDA {cuda_version}: {_allowed(fits)}",
-            )
+        self.check_cuda_fit("cudnn", version, entry, cuda_version)
         if entry and ms and str(entry.get("major")) != str(ms.get("cudnn_major")):
             self.error(
                 "stack_cudnn_version",
@@ -259,13 +263,7 @@ class _Resolver:
     def resolve_nccl(self, stack: dict[str, Any], resolved: dict[str, Any], cuda_version: str, art: Any) -> None:
         version = self.version("nccl", stack)
         entry = self.catalog["nccl"].get(version, {})
-        if entry and cuda_version not in entry.get("cuda", []):
-            fits = [v for v, e in self.catalog["nccl"].items() if cuda_version in e.get("cuda", [])]
-            self.error(
-                "stack_nccl_version",
-                f"NCCL {version} is built for CUDA {_allowed(entry.get('cuda', []))}, not {cuda_version}; "
-                f"allowed for CUDA {cuda_version}: {_allowed(fits)}",
-            )
+        self.check_cuda_fit("nccl", version, entry, cuda_version)
         if entry and version_key(version) < version_key(entry.get("minimum", "0")):
             self.error("stack_nccl_version", f"NCCL {version} is below the minimum {entry['minimum']}")
         method = self.method("nccl", entry, version, stack)
@@ -287,11 +285,7 @@ class _Resolver:
             return
         version = self.version("tensorrt", stack)
         entry = self.catalog["tensorrt"].get(version, {})
-        if entry and cuda_version not in entry.get("cuda", []):
-            self.error(
-                "stack_tensorrt_version",
-                f"TensorRT {version} is built for CUDA {_allowed(entry.get('cuda', []))}, not {cuda_version}",
-            )
+        self.check_cuda_fit("tensorrt", version, entry, cuda_version)
         if entry and str(entry.get("cudnn_major")) != resolved["cudnn"]["major"]:
             self.error(
                 "stack_tensorrt_version",
