@@ -232,13 +232,15 @@ def build_image(flavour: str = "focal") -> str:
     return tag
 
 
-def start_host(name: str, flavour: str = "focal", network: str | None = None) -> str:
-    """(Re)create a sandbox container called `name`; returns its name."""
+def start_host(name: str, flavour: str = "focal", network: str = "host") -> str:
+    """(Re)create a sandbox container called `name`; returns its name.
+
+    By default the container shares the machine's network namespace, so the fixture mirror
+    that tests serve on 127.0.0.1 (testbed/mirror.py) is on the host's loopback too.
+    """
     tag = build_image(flavour)
     stop_host(name)
-    cmd = ["docker", "run", "-d", "--name", name, "--hostname", name, "--label", LABEL]
-    if network:
-        cmd += ["--network", network]
+    cmd = ["docker", "run", "-d", "--name", name, "--hostname", name, "--label", LABEL, "--network", network]
     run([*cmd, tag], capture=True)
     return name
 

@@ -30,3 +30,27 @@ def catalog() -> dict:
 def stack_catalog():
     """The resolver the `stack` role uses as its filter plugin."""
     return load_module("stack_catalog", ROOT / "roles" / "stack" / "filter_plugins" / "stack_catalog.py")
+
+
+def unpinned_files(catalog: dict) -> list[str]:
+    """Files the catalog has no publisher checksum for (NVIDIA's runfiles and tarballs)."""
+    found: list[str] = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            if "file" in node and "sha256" in node and node["sha256"] is None:
+                found.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(catalog)
+    return found
+
+
+@pytest.fixture(scope="session")
+def pinned(catalog) -> dict[str, str]:
+    """Stand-in checksums for every unpinned file: the resolver only checks their form."""
+    return {name: "ab" * 32 for name in unpinned_files(catalog)}

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from testbed import sandbox  # noqa: E402
+from tests.conftest import unpinned_files  # noqa: E402
 
 # Paths that Ansible's own machinery or the kernel touch on every run; a toolkit change
 # anywhere else shows up in the fingerprint.
@@ -81,8 +82,13 @@ def bullseye_host() -> Iterator[Host]:
 
 
 @pytest.fixture
-def inventory_for(tmp_path: Path):
+def inventory_for(tmp_path: Path, catalog):
+    """An inventory for `hosts`; NVIDIA's unpinned files get stand-in checksums (preflight
+    only checks their form, these tests download nothing)."""
+
     def make(*hosts: Host, group_vars: dict | None = None) -> Path:
-        return sandbox.write_inventory(tmp_path / "inventory.yml", [h.name for h in hosts], group_vars)
+        pinned = {"stack_artifact_checksums": {name: "ab" * 32 for name in unpinned_files(catalog)}}
+        names = [h.name for h in hosts]
+        return sandbox.write_inventory(tmp_path / "inventory.yml", names, {**pinned, **(group_vars or {})})
 
     return make

@@ -205,11 +205,17 @@ class _Resolver:
             "full_version": cuda.get("full_version", ""),
             "method": cuda_method,
             "versions": versions,
-            "artifacts": {
-                v: art(self.catalog["cuda"][v][cuda_method])
+            # One entry per toolkit to install, the stack's (the default) first.
+            "toolkits": [
+                {
+                    "version": v,
+                    "full_version": self.catalog["cuda"][v]["full_version"],
+                    "minimum_driver": self.catalog["cuda"][v]["minimum_driver"],
+                    "artifact": art(self.catalog["cuda"][v].get(cuda_method, {})),
+                }
                 for v in versions
-                if v in self.catalog["cuda"] and cuda_method in self.catalog["cuda"][v]
-            },
+                if v in self.catalog["cuda"]
+            ],
         }
 
         self.resolve_cudnn(stack, resolved, cuda_version, ms, art)
@@ -217,6 +223,7 @@ class _Resolver:
         self.resolve_tensorrt(stack, resolved, cuda_version, art)
         self.resolve_driver(stack, resolved, versions, art)
         resolved["openmpi"] = {"version": str(stack["openmpi"]), **self.catalog["openmpi"][str(stack["openmpi"])]}
+        self.require_checksums(resolved)
         resolved["sources"] = sources
         resolved["platforms"] = self.catalog.get("platforms", {})
         resolved["cuda_wheels"] = {
@@ -227,6 +234,19 @@ class _Resolver:
             self.catalog["cuda"][v].get("disk_mb", 0) for v in versions if v in self.catalog["cuda"]
         ) + sum(resolved[c].get("disk_mb", 0) for c in ("cudnn", "nccl", "tensorrt"))
         return resolved
+
+    def require_checksums(self, resolved: dict[str, Any]) -> None:
+        """Every file the chosen methods download must be pinned by a checksum (or be local)."""
+        chosen = [t["artifact"] for t in resolved["cuda"]["toolkits"]]
+        chosen += [resolved[c].get("artifact", {}) for c in ("cudnn", "nccl", "tensorrt", "driver")]
+        for artifact in chosen:
+            if artifact.get("file") and not artifact.get("sha256") and not artifact.get("local_path"):
+                self.error(
+                    f"stack_artifact_checksums.{artifact['file']}",
+                    "the publisher's checksum is not in the catalog, and downloads are only trusted when "
+                    "pinned; allowed: the sha256 of your copy of the file in stack_artifact_checksums, or "
+                    "its path on the controller in stack_local_artifacts",
+                )
 
     def check_cuda_fit(self, component: str, version: str, entry: dict[str, Any], cuda_version: str) -> None:
         """Refuse a component version that was not built for the stack's CUDA."""
