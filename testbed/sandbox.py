@@ -82,7 +82,7 @@ DISTROS = {
 }
 
 # Bump when the build steps in build_image() change, so cached images are rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 3
 
 # Docker images keep services from starting (no init system); a real host runs them.
 POLICY_RC_D = "#!/bin/sh\nexit 101\n"
@@ -217,6 +217,13 @@ def build_image(flavour: str = "focal") -> str:
                 shutil.copy(ca, rootfs / "usr/local/share/ca-certificates" / ca.name)
             run(["chroot", str(rootfs), "update-ca-certificates"], capture=True)
             shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
+            # debootstrap's package lists cover only its own components; stale lists would make
+            # apt's cache_valid_time skip the update a real host would need for the full sources.
+            shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
+            (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
+            # ...and an empty list folder must look old, as on a host that never ran apt update.
+            for stale in (rootfs / "var/lib/apt/lists/partial", rootfs / "var/lib/apt/lists"):
+                os.utime(stale, (0, 0))
             (rootfs / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
             partial = tarball.with_suffix(".partial")
             with tarfile.open(partial, "w") as tar:
