@@ -8,10 +8,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from invoke import Collection, Context, Exit, task
@@ -19,11 +22,12 @@ from invoke import Collection, Context, Exit, task
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from testbed import sandbox  # noqa: E402  (needs ROOT on sys.path)
+from testbed import fixtures, mirror, sandbox  # noqa: E402  (needs ROOT on sys.path)
 
 VENV_BIN = Path(sys.prefix) / "bin"
 SANDBOX_HOST = "msgpu-sandbox-1"
 SANDBOX_INVENTORY = sandbox.CACHE / "sandbox" / "inventory.yml"
+MOLECULE_VARS = sandbox.CACHE / "molecule"
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -49,6 +53,29 @@ def _run(c: Context, cmd: str, env: dict[str, str] | None = None, what: str = ""
         raise Exit(f"FAILED: {what or cmd} (exit {getattr(result, 'exited', '?')}, {elapsed:.0f} s)", code=1)
     print(f"<== {what or cmd}: ok in {elapsed:.0f} s", flush=True)
     return elapsed
+
+
+@contextmanager
+def _fixture_mirror() -> Iterator[dict]:
+    """Build the NVIDIA fixtures (cached) and serve them on 127.0.0.1 while the block runs.
+
+    Yields the inventory variables that point the catalog's NVIDIA sources at the mirror,
+    with the fixtures' checksums and the versions their real binaries report.
+    """
+    try:
+        root = fixtures.build_mirror()
+    except fixtures.FixtureError as exc:
+        raise Exit(f"fixtures: {exc}", code=1) from exc
+    with mirror.serving(root) as served:
+        print(f"Fixture mirror: {served.base_url} ({root})")
+        yield fixtures.inventory_vars(root, served.base_url)
+
+
+def _write_group_vars(scenario: str, group_vars: dict) -> None:
+    """Molecule scenarios link their group_vars to .cache/molecule/<scenario>/group_vars."""
+    folder = MOLECULE_VARS / scenario / "group_vars"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gpu_servers.yml").write_text(json.dumps(group_vars, indent=2) + "\n")
 
 
 def _sandbox_image(flavour: str = "focal") -> str:
