@@ -1,0 +1,947 @@
+"""Fixtures that stand in for NVIDIA's unreachable downloads, built from NVIDIA's real PyPI wheels.
+
+NVIDIA's download servers (CUDA runfiles, cuDNN and NCCL tarballs) cannot be reached from the build
+and CI machines, but NVIDIA publishes the same CUDA 11 user-space binaries as wheels on PyPI. This
+module downloads those wheels (pinned by the catalog's sha256), repackages their real binaries under
+the official artifacts' file names, layouts and command-line contracts, and lays them out under
+`.cache/mirror/<source>/<path>` exactly as `catalog/stacks.yml` names them, so that
+
+    stack_sources: {nvidia_developer: "http://127.0.0.1:PORT/nvidia_developer"}
+
+makes every catalog URL point at a loopback mirror of them (testbed/mirror.py serves it).
+testbed/FIXTURES.md says, fixture by fixture, what inside is real and what is not.
+
+Builds are reproducible (sorted members, fixed mtime, uid/gid 0, no time stamps in compressed
+streams) and cached: each fixture is keyed on its catalog entry, its wheels and this file's source,
+so a warm `build_mirror()` only reads the manifest and stats the files.
+
+    python -m testbed.fixtures            # build (or check) the mirror, print the manifest summary
+    python -m testbed.fixtures --force    # rebuild every fixture
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+import zlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+import yaml
+
+from testbed import sandbox
+
+CATALOG = sandbox.ROOT / "catalog" / "stacks.yml"
+MANIFEST = "manifest.json"
+SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+# 2020-10-12 00:00:00 UTC, around CUDA 11.1's release; any constant keeps tarballs reproducible.
+FIXED_MTIME = 1602460800
+# Fixtures favour build and unpack speed: their size is not part of any contract (and xz
+# fixtures are stored, see StoredXzWriter).
+GZIP_LEVEL = 1
+COPY_BUFFER = 1 << 20
+
+# Wheels (catalog `cuda_wheels` keys) whose files make up the CUDA toolkit fixture.
+CUDA_TOOLKIT_WHEELS = (
+    "nvidia-cuda-runtime-cu11",
+    "nvidia-cublas-cu11",
+    "nvidia-cuda-nvrtc-cu11",
+    "nvidia-cuda-nvcc-cu11",
+)
+
+
+class FixtureError(RuntimeError):
+    """A clear, user-facing failure while building the fixtures."""
+
+
+def log(message: str) -> None:
+    print(f"[fixtures] {message}", file=sys.stderr, flush=True)
+
+
+def megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        for block in iter(lambda: data.read(COPY_BUFFER), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_catalog(path: Path = CATALOG) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+# --- wheels ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """One NVIDIA wheel on PyPI, pinned by the catalog."""
+
+    package: str
+    version: str
+    file: str
+    sha256: str
+
+
+def catalog_wheels(catalog: dict[str, Any]) -> dict[str, Wheel]:
+    """Every NVIDIA wheel the catalog pins: `cuda_wheels`, then `cudnn.<v>.wheel`, `nccl.<v>.wheel`."""
+    wheels = {
+        package: Wheel(package, str(entry["version"]), entry["file"], entry["sha256"])
+        for package, entry in catalog.get("cuda_wheels", {}).items()
+    }
+    for component in ("cudnn", "nccl"):
+        for entry in catalog.get(component, {}).values():
+            spec = entry.get("wheel")
+            if spec:
+                wheels[f"{spec['package']}=={spec['version']}"] = Wheel(
+                    spec["package"], str(spec["version"]), spec["file"], spec["sha256"]
+                )
+    return wheels
+
+
+def _verified(path: Path, wheel: Wheel) -> bool:
+    return path.is_file() and sha256_file(path) == wheel.sha256
+
+
+def fetch_wheels(wheels: list[Wheel], cache: Path = sandbox.CACHE) -> dict[str, Path]:
+    """Download the wheels with pip into `<cache>/wheels` and verify them; returns {file: path}.
+
+    A wheel already there with the catalog's sha256 is reused; one with another checksum is
+    deleted (before and after downloading) and never used.
+    """
+    dest = cache / "wheels"
+    dest.mkdir(parents=True, exist_ok=True)
+    missing = []
+    for wheel in wheels:
+        path = dest / wheel.file
+        if _verified(path, wheel):
+            log(f"wheel {wheel.file}: cached ({megabytes(path.stat().st_size)})")
+        else:
+            path.unlink(missing_ok=True)
+            missing.append(wheel)
+    if missing:
+        started = time.monotonic()
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--platform",
+            "manylinux1_x86_64",
+            "--python-version",
+            "3.8",
+            "--dest",
+            str(dest),
+            "--quiet",
+            *[f"{w.package}=={w.version}" for w in missing],
+        ]
+        result = subprocess.run(cmd, text=True, capture_output=True)
+        if result.returncode != 0:
+            raise FixtureError(f"pip download failed ({result.returncode}): {' '.join(cmd)}\n{result.stderr[-2000:]}")
+        elapsed = time.monotonic() - started
+        for wheel in missing:
+            path = dest / wheel.file
+            if not path.is_file():
+                raise FixtureError(f"pip download {wheel.package}=={wheel.version} did not produce {wheel.file}")
+            got = sha256_file(path)
+            if got != wheel.sha256:
+                path.unlink()
+                raise FixtureError(
+                    f"{wheel.file}: sha256 {got} does not match catalog/stacks.yml ({wheel.sha256}); "
+                    "the file was deleted"
+                )
+            log(f"wheel {wheel.file}: downloaded {megabytes(path.stat().st_size)} ({elapsed:.0f} s for the batch)")
+    return {w.file: dest / w.file for w in wheels}
+
+
+# --- reproducible tarballs ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Member:
+    """One tar member: a file from a wheel, a file with given bytes, or a symlink."""
+
+    name: str
+    mode: int = 0o644
+    wheel: Path | None = None
+    wheel_member: str = ""
+    data: bytes | None = None
+    link: str = ""
+
+
+def from_wheel(name: str, wheel: Path, member: str, mode: int = 0o644) -> Member:
+    return Member(name=name, mode=mode, wheel=wheel, wheel_member=member)
+
+
+def text_member(name: str, text: str, mode: int = 0o644) -> Member:
+    return Member(name=name, mode=mode, data=text.encode())
+
+
+def symlink(name: str, target: str) -> Member:
+    return Member(name=name, mode=0o777, link=target)
+
+
+def _tarinfo(name: str, kind: bytes, mode: int, size: int = 0, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = mode
+    info.size = size
+    info.linkname = link
+    info.mtime = FIXED_MTIME
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def _directories(members: list[Member]) -> set[str]:
+    found: set[str] = set()
+    for member in members:
+        parts = member.name.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            found.add("/".join(parts[:depth]))
+    return found
+
+
+class HashingWriter:
+    """A binary writer that passes bytes on to a file and keeps their sha256 and count."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self.out.write(data)
+        self.digest.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _vli(value: int) -> bytes:
+    """xz's variable-length integer: 7 bits a byte, low bits first."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _with_crc32(data: bytes) -> bytes:
+    return data + zlib.crc32(data).to_bytes(4, "little")
+
+
+class StoredXzWriter:
+    """Writes a valid .xz stream whose LZMA2 data are stored (uncompressed) chunks.
+
+    LZMA compresses NVIDIA's libraries at about 8 MB/s here and decompresses them at about
+    25 MB/s, which would make the xz fixtures (a 900 MB cuDNN tree) cost minutes to build and to
+    unpack in every test. Their compression ratio is no part of any contract, while the container
+    format is: this is the .xz format (xz-file-format 1.0.4: one block, LZMA2 filter, CRC32
+    check) that `xz`, `tar -J` and Python's lzma read, written at disk speed.
+    """
+
+    CHUNK = 1 << 16  # the largest stored LZMA2 chunk
+    FLAGS = b"\x00\x01"  # check type CRC32
+    # Block header: size byte, flags (one filter, no sizes), LZMA2 filter (0x21) with one property
+    # byte (a 64 KiB dictionary), padding to a multiple of four, CRC32.
+    BLOCK_HEADER = _with_crc32(bytes([2, 0x00, 0x21, 0x01, 8, 0, 0, 0]))
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.crc = 0
+        self.size = 0
+        self.data_size = 0
+        self.pending = bytearray()
+        out.write(b"\xfd7zXZ\x00" + _with_crc32(self.FLAGS))
+        out.write(self.BLOCK_HEADER)
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        view = memoryview(data).cast("B")
+        self.crc = zlib.crc32(view, self.crc)
+        self.size += len(view)
+        if self.pending:
+            take = self.CHUNK - len(self.pending)
+            self.pending += view[:take]
+            view = view[take:]
+            if len(self.pending) < self.CHUNK:
+                return len(data)
+            self._chunk(self.pending)
+            self.pending = bytearray()
+        while len(view) >= self.CHUNK:
+            self._chunk(view[: self.CHUNK])
+            view = view[self.CHUNK :]
+        self.pending += view
+        return len(data)
+
+    def _chunk(self, piece: bytes | bytearray | memoryview) -> None:
+        control = 0x01 if self.data_size == 0 else 0x02  # the first chunk resets the dictionary
+        self.out.write(bytes([control]) + (len(piece) - 1).to_bytes(2, "big"))
+        self.out.write(piece)
+        self.data_size += 3 + len(piece)
+
+    def tell(self) -> int:
+        """Uncompressed bytes written (tarfile asks)."""
+        return self.size
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.pending:
+            self._chunk(self.pending)
+            self.pending = bytearray()
+        self.out.write(b"\x00")  # end of the LZMA2 data
+        self.data_size += 1
+        self.out.write(b"\x00" * (-self.data_size % 4) + self.crc.to_bytes(4, "little"))
+        unpadded = len(self.BLOCK_HEADER) + self.data_size + 4
+        index = b"\x00" + _vli(1) + _vli(unpadded) + _vli(self.size)
+        index = _with_crc32(index + b"\x00" * (-len(index) % 4))
+        self.out.write(index)
+        footer = (len(index) // 4 - 1).to_bytes(4, "little") + self.FLAGS
+        self.out.write(zlib.crc32(footer).to_bytes(4, "little") + footer + b"YZ")
+
+
+@contextmanager
+def _compressed(out: BinaryIO, compression: str) -> Iterator[BinaryIO]:
+    """A writer that compresses into `out` with no time stamp or file name in the stream."""
+    if compression == "gz":
+        with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=GZIP_LEVEL, mtime=0) as stream:
+            yield stream  # type: ignore[misc]
+    elif compression == "xz":
+        writer = StoredXzWriter(out)
+        yield writer  # type: ignore[misc]
+        writer.close()
+    else:
+        raise FixtureError(f"unknown compression '{compression}'")
+
+
+def write_tarball(path: Path, members: list[Member], compression: str) -> str:
+    """Write a reproducible tarball (directories implied, members sorted, fixed owners and mtime).
+
+    Returns the file's sha256.
+    """
+    names = [m.name for m in members]
+    if len(set(names)) != len(names):
+        raise FixtureError(f"{path.name}: duplicate members {sorted({n for n in names if names.count(n) > 1})}")
+    entries: list[tuple[str, Member | None]] = [(d, None) for d in _directories(members)]
+    entries += [(m.name, m) for m in members]
+    with ExitStack() as stack:
+        hashing = HashingWriter(stack.enter_context(open(path, "wb")))
+        stream = stack.enter_context(_compressed(hashing, compression))  # type: ignore[arg-type]
+        tar = stack.enter_context(
+            tarfile.open(fileobj=stream, mode="w", format=tarfile.GNU_FORMAT, copybufsize=COPY_BUFFER)
+        )
+        zips: dict[Path, zipfile.ZipFile] = {}
+        for name, member in sorted(entries, key=lambda entry: entry[0]):
+            if member is None:
+                tar.addfile(_tarinfo(name, tarfile.DIRTYPE, 0o755))
+            elif member.link:
+                tar.addfile(_tarinfo(name, tarfile.SYMTYPE, 0o777, link=member.link))
+            elif member.data is not None:
+                tar.addfile(_tarinfo(name, tarfile.REGTYPE, member.mode, len(member.data)), io.BytesIO(member.data))
+            else:
+                assert member.wheel is not None
+                if member.wheel not in zips:
+                    zips[member.wheel] = stack.enter_context(zipfile.ZipFile(member.wheel))
+                info = zips[member.wheel].getinfo(member.wheel_member)
+                with zips[member.wheel].open(info) as data:
+                    tar.addfile(_tarinfo(name, tarfile.REGTYPE, member.mode, info.file_size), data)
+    return hashing.digest.hexdigest()
+
+
+def wheel_files(wheel: Path, prefix: str) -> list[str]:
+    """Regular files under `prefix` in a wheel, without the packages' empty __init__.py files."""
+    with zipfile.ZipFile(wheel) as archive:
+        return sorted(
+            n
+            for n in archive.namelist()
+            if n.startswith(prefix) and not n.endswith("/") and not n.endswith("__init__.py")
+        )
+
+
+def wheel_text(wheel: Path, suffix: str) -> str:
+    """A text file of the wheel's dist-info (e.g. 'License.txt')."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist() if ".dist-info/" in n and n.endswith(suffix)]
+        if not names:
+            raise FixtureError(f"{wheel.name}: no dist-info file ending in {suffix}")
+        return archive.read(names[0]).decode("utf-8", errors="replace")
+
+
+# --- the fixtures ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """One artifact of the catalog that the mirror stands in for."""
+
+    kind: str  # cuda_runfile | cudnn_tarball | nccl_tarball
+    version: str  # the catalog's version key (11.1, 8.0.5, 2.8.4)
+    full_version: str
+    file: str
+    source: str
+    path: str
+    wheels: tuple[Wheel, ...]
+    entry: dict[str, Any] = field(hash=False, compare=False)
+
+    def key(self) -> str:
+        """Changes whenever anything the fixture is built from changes."""
+        payload = {
+            "kind": self.kind,
+            "version": self.version,
+            "entry": self.entry,
+            "wheels": [asdict(w) for w in self.wheels],
+            "builder": SOURCE_HASH,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.replace("-", ".").split(".") if part.isdigit())
+
+
+def _wheel_for(catalog: dict[str, Any], component: str, major: str) -> Wheel:
+    """The newest wheel the catalog pins for `component` with the same major version."""
+    candidates = [
+        (_version_key(v), entry["wheel"])
+        for v, entry in catalog.get(component, {}).items()
+        if entry.get("wheel") and str(v).split(".")[0] == major
+    ]
+    if not candidates:
+        raise FixtureError(f"catalog/stacks.yml has no {component} wheel with major version {major} to build from")
+    spec = max(candidates, key=lambda c: c[0])[1]
+    return Wheel(spec["package"], str(spec["version"]), spec["file"], spec["sha256"])
+
+
+def plan(catalog: dict[str, Any]) -> list[Fixture]:
+    """The fixtures the catalog calls for: every CUDA runfile, cuDNN tarball and NCCL tarball."""
+    cuda_wheels = catalog_wheels(catalog)
+    missing = [p for p in CUDA_TOOLKIT_WHEELS if p not in cuda_wheels]
+    if missing:
+        raise FixtureError(f"catalog/stacks.yml cuda_wheels lacks {', '.join(missing)}")
+    toolkit = tuple(cuda_wheels[p] for p in CUDA_TOOLKIT_WHEELS)
+    fixtures = []
+    for version, entry in catalog.get("cuda", {}).items():
+        art = entry.get("runfile")
+        if art:
+            fixtures.append(
+                Fixture(
+                    "cuda_runfile",
+                    str(version),
+                    str(entry["full_version"]),
+                    art["file"],
+                    art["source"],
+                    art["path"],
+                    toolkit,
+                    entry,
+                )
+            )
+    for component in ("cudnn", "nccl"):
+        for version, entry in catalog.get(component, {}).items():
+            art = entry.get("tarball")
+            if art:
+                wheel = _wheel_for(catalog, component, str(version).split(".")[0])
+                fixtures.append(
+                    Fixture(
+                        f"{component}_tarball",
+                        str(version),
+                        str(entry["full_version"]),
+                        art["file"],
+                        art["source"],
+                        art["path"],
+                        (wheel,),
+                        entry,
+                    )
+                )
+    return fixtures
+
+
+def release_of(version: str, parts: int = 3) -> str:
+    """'8.5.0.96' -> '8.5.0': the x.y.z NVIDIA puts in versioned library file names."""
+    return ".".join(version.split(".")[:parts])
+
+
+def cudnn_reports(wheel: Wheel) -> int:
+    """What cudnnGetVersion() returns for the wheel's libraries (CUDNN_VERSION for cuDNN 8)."""
+    major, minor, patch = (int(p) for p in release_of(wheel.version).split("."))
+    return major * 1000 + minor * 100 + patch
+
+
+def nccl_reports(wheel: Wheel) -> int:
+    """What ncclGetVersion() returns for the wheel's library (NCCL_VERSION_CODE for NCCL >= 2.9)."""
+    major, minor, patch = (int(p) for p in release_of(wheel.version).split("."))
+    return major * 10000 + minor * 100 + patch
+
+
+def _split_suffix(file: str) -> tuple[str, str]:
+    """Archive name -> (name without suffix, compression)."""
+    for suffix, compression in ((".tar.xz", "xz"), (".txz", "xz"), (".tar.gz", "gz"), (".tgz", "gz")):
+        if file.endswith(suffix):
+            return file[: -len(suffix)], compression
+    raise FixtureError(f"{file}: not a tarball name this module knows (.tgz, .tar.gz, .txz, .tar.xz)")
+
+
+def versioned_library(wheel: Path, member: str, release: str, target_dir: str) -> list[Member]:
+    """NVIDIA's tarball convention: lib.so -> lib.so.MAJOR -> lib.so.X.Y.Z, the real file.
+
+    The wheels ship only lib.so.MAJOR (the soname); the real file gets the wheel's x.y.z.
+    """
+    so_name = Path(member).name
+    base = so_name.split(".so")[0] + ".so"
+    real = f"{base}.{release}"
+    return [
+        from_wheel(f"{target_dir}/{real}", wheel, member, 0o755),
+        symlink(f"{target_dir}/{so_name}", real),
+        symlink(f"{target_dir}/{base}", so_name),
+    ]
+
+
+FIXTURE_NOTE = (
+    "TEST FIXTURE - NOT THE ARTIFACT NVIDIA PUBLISHES UNDER THIS NAME.\n"
+    "Built by testbed/fixtures.py (see testbed/FIXTURES.md) because NVIDIA's download servers cannot be\n"
+    "reached from this project's build machines. File name and layout follow {file};\n"
+    "the binaries inside are NVIDIA's real redistributable ones from the PyPI wheel {wheel}\n"
+    "(they report version {reports}). NVIDIA's licence for them follows.\n"
+)
+
+
+def cudnn_members(fixture: Fixture, wheel_path: Path) -> list[Member]:
+    """cuDNN tarball: the old `cuda/{include,lib64}` layout (.tgz) or the newer `<name>/{include,lib}` one."""
+    wheel = fixture.wheels[0]
+    stem, _ = _split_suffix(fixture.file)
+    if fixture.file.endswith("-archive.tar.xz"):
+        top, lib_dir, licence = stem, "lib", "LICENSE"
+    elif fixture.file.endswith(".tgz"):
+        top, lib_dir, licence = "cuda", "lib64", "NVIDIA_SLA_cuDNN_Support.txt"
+    else:
+        raise FixtureError(f"{fixture.file}: unknown cuDNN tarball layout (expected *-archive.tar.xz or *.tgz)")
+    release = release_of(wheel.version)
+    members = [
+        from_wheel(f"{top}/include/{Path(n).name}", wheel_path, n)
+        for n in wheel_files(wheel_path, "nvidia/cudnn/include/")
+        if n.endswith(".h")
+    ]
+    for name in wheel_files(wheel_path, "nvidia/cudnn/lib/"):
+        members += versioned_library(wheel_path, name, release, f"{top}/{lib_dir}")
+    note = FIXTURE_NOTE.format(file=fixture.file, wheel=wheel.file, reports=cudnn_reports(wheel))
+    members.append(text_member(f"{top}/{licence}", note + "\n" + wheel_text(wheel_path, "License.txt")))
+    return members
+
+
+def nccl_members(fixture: Fixture, wheel_path: Path) -> list[Member]:
+    """NCCL tarball: `<name>/{include/nccl.h,include/nccl_net.h,lib/libnccl.so*,LICENSE.txt}`."""
+    wheel = fixture.wheels[0]
+    top, _ = _split_suffix(fixture.file)
+    members = [
+        from_wheel(f"{top}/include/{Path(n).name}", wheel_path, n)
+        for n in wheel_files(wheel_path, "nvidia/nccl/include/")
+        if n.endswith(".h")
+    ]
+    for name in wheel_files(wheel_path, "nvidia/nccl/lib/"):
+        members += versioned_library(wheel_path, name, release_of(wheel.version), f"{top}/lib")
+    note = FIXTURE_NOTE.format(file=fixture.file, wheel=wheel.file, reports=nccl_reports(wheel))
+    members.append(text_member(f"{top}/LICENSE.txt", note + "\n" + wheel_text(wheel_path, "License.txt")))
+    return members
+
+
+# --- the CUDA runfile --------------------------------------------------------------------------
+
+# (wheel package, folder in the wheel, folder in the toolkit) copied file by file.
+TOOLKIT_TREES = (
+    ("nvidia-cuda-runtime-cu11", "nvidia/cuda_runtime/include/", "include/"),
+    ("nvidia-cublas-cu11", "nvidia/cublas/include/", "include/"),
+    ("nvidia-cuda-nvrtc-cu11", "nvidia/cuda_nvrtc/include/", "include/"),
+    ("nvidia-cuda-nvcc-cu11", "nvidia/cuda_nvcc/include/", "include/"),
+    ("nvidia-cuda-nvcc-cu11", "nvidia/cuda_nvcc/nvvm/", "nvvm/"),
+)
+# (wheel package, library in the wheel's lib/): installed in lib64/ with a lib*.so symlink.
+TOOLKIT_LIBRARIES = (
+    ("nvidia-cuda-runtime-cu11", "nvidia/cuda_runtime/lib/libcudart.so.11.0"),
+    ("nvidia-cublas-cu11", "nvidia/cublas/lib/libcublas.so.11"),
+    ("nvidia-cublas-cu11", "nvidia/cublas/lib/libcublasLt.so.11"),
+    ("nvidia-cuda-nvrtc-cu11", "nvidia/cuda_nvrtc/lib/libnvrtc.so.11.2"),
+    ("nvidia-cuda-nvrtc-cu11", "nvidia/cuda_nvrtc/lib/libnvrtc-builtins.so.11.7"),
+)
+# version.json component names NVIDIA uses, for the real libraries inside.
+TOOLKIT_COMPONENTS = {
+    "nvidia-cuda-runtime-cu11": ("cuda_cudart", "CUDA Runtime (cudart)"),
+    "nvidia-cublas-cu11": ("libcublas", "CUDA cuBLAS"),
+    "nvidia-cuda-nvrtc-cu11": ("cuda_nvrtc", "CUDA NVRTC"),
+    "nvidia-cuda-nvcc-cu11": ("cuda_nvcc", "CUDA NVCC (ptxas and libnvvm only)"),
+}
+
+
+def toolkit_members(wheels: dict[str, Path]) -> list[Member]:
+    """The part of the CUDA toolkit every runfile fixture shares: real binaries and headers."""
+    members: dict[str, Member] = {}
+    crcs: dict[str, int] = {}
+    for package, prefix, target in TOOLKIT_TREES:
+        with zipfile.ZipFile(wheels[package]) as archive:
+            for name in wheel_files(wheels[package], prefix):
+                dest = target + name[len(prefix) :]
+                crc = archive.getinfo(name).CRC
+                if dest in members:
+                    if crcs[dest] != crc:
+                        raise FixtureError(f"{dest} differs between the wheels; cannot merge them into one toolkit")
+                    continue
+                members[dest] = from_wheel(dest, wheels[package], name)
+                crcs[dest] = crc
+    for package, name in TOOLKIT_LIBRARIES:
+        library = Path(name).name
+        members[f"lib64/{library}"] = from_wheel(f"lib64/{library}", wheels[package], name, 0o755)
+        unversioned = library.split(".so")[0] + ".so"
+        members[f"lib64/{unversioned}"] = symlink(f"lib64/{unversioned}", library)
+    members["bin/ptxas"] = from_wheel("bin/ptxas", wheels["nvidia-cuda-nvcc-cu11"], "nvidia/cuda_nvcc/bin/ptxas", 0o755)
+    members["EULA.txt"] = text_member("EULA.txt", wheel_text(wheels["nvidia-cuda-runtime-cu11"], "License.txt"))
+    return list(members.values())
+
+
+RUNFILE_HEADER = r"""#!/bin/sh
+# TEST FIXTURE standing in for NVIDIA's CUDA @FULL@ runfile (@FILE@).
+# Built by testbed/fixtures.py; testbed/FIXTURES.md says what inside is real. A self-extracting
+# script (shell header + tar.gz payload from byte @START@ on) that installs the toolkit only:
+# no driver, no samples, no interactive UI.
+set -u
+toolkitpath=/usr/local/cuda-@VERSION@
+tmpdir=${TMPDIR:-/tmp}
+silent=0
+toolkit=0
+driver=0
+bad=""
+if [ "$(id -u)" = 0 ]; then log=/var/log/cuda-installer.log; else log=/tmp/cuda-installer.log; fi
+log=${CUDA_FIXTURE_LOG:-$log}
+
+logline() { printf '[%s]: %s\n' "$1" "$2" >>"$log" 2>/dev/null || true; }
+fail() { logline ERROR "$1"; printf '%s\n' "$1" >&2; exit 1; }
+usage() {
+    cat <<'USAGE'
+CUDA @FULL@ runfile (test fixture: toolkit only, no interactive UI)
+Usage: sh @FILE@ --silent --toolkit [options]
+  --silent              required: the fixture has no interactive UI
+  --toolkit             install the CUDA toolkit
+  --toolkitpath=DIR     install into DIR (default /usr/local/cuda-@VERSION@)
+  --tmpdir=DIR          extract into DIR instead of $TMPDIR or /tmp
+  --no-man-page         accepted (the fixture has no man pages)
+  --override            accepted (the fixture checks no compiler)
+  --driver              refused: this fixture carries no driver
+USAGE
+}
+
+for arg in "$@"; do
+    case $arg in
+        --silent) silent=1 ;;
+        --toolkit) toolkit=1 ;;
+        --toolkitpath=*) toolkitpath=${arg#--toolkitpath=} ;;
+        --tmpdir=*) tmpdir=${arg#--tmpdir=} ;;
+        --no-man-page | --override) ;;
+        --driver) driver=1 ;;
+        --help | -h) usage; exit 0 ;;
+        *) bad="$bad $arg" ;;
+    esac
+done
+[ "$driver" = 0 ] || fail "--driver: this fixture carries no driver (it stands in for the CUDA toolkit only)"
+[ -z "$bad" ] || { usage >&2; fail "unknown option(s):$bad (the options this fixture supports are listed above)"; }
+[ "$silent" = 1 ] || { usage >&2; fail "--silent is required: this fixture has no interactive installer"; }
+[ "$toolkit" = 1 ] || fail "nothing to install: pass --toolkit (this fixture carries no driver)"
+case $toolkitpath in
+    /*) ;;
+    *) fail "--toolkitpath=$toolkitpath: must be an absolute path" ;;
+esac
+case $toolkitpath in
+    / | *"'"*) fail "--toolkitpath=$toolkitpath: refused (the root directory, or a quote in the path)" ;;
+esac
+[ -d "$tmpdir" ] || fail "--tmpdir=$tmpdir: no such directory"
+
+logline INFO "CUDA @FULL@ runfile fixture: installing the toolkit into $toolkitpath"
+work=$(mktemp -d "$tmpdir/cuda-fixture.XXXXXXXX") || fail "cannot create a temporary directory in $tmpdir"
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+tail -c +@START@ "$0" | tar -xzf - -C "$work" || fail "extracting the toolkit from $0 into $work failed"
+
+mkdir -p "$work/bin"
+cat >"$work/bin/nvcc" <<'NVCC_STUB_END'
+@NVCC@NVCC_STUB_END
+cat >"$work/version.json" <<'VERSION_JSON_END'
+@VERSION_JSON@VERSION_JSON_END
+{
+    printf '#!/bin/sh\n# Written by the CUDA @FULL@ runfile fixture: removes the toolkit it installed.\n'
+    printf "cuda_dir='%s'\n" "$toolkitpath"
+    printf "log='%s'\n" "$log"
+    cat <<'UNINSTALLER_END'
+set -u
+for arg in "$@"; do
+    case $arg in
+        --silent) ;;
+        *) printf 'cuda-uninstaller (fixture): unknown option %s; allowed: --silent\n' "$arg" >&2; exit 1 ;;
+    esac
+done
+rm -rf -- "$cuda_dir" || exit 1
+printf '[INFO]: Uninstalled the CUDA toolkit in %s\n' "$cuda_dir" >>"$log" 2>/dev/null || true
+UNINSTALLER_END
+} >"$work/bin/cuda-uninstaller"
+chmod 0755 "$work/bin/nvcc" "$work/bin/cuda-uninstaller"
+chmod 0644 "$work/version.json"
+
+mkdir -p "$toolkitpath" || fail "cannot create $toolkitpath"
+cp -R -P -f "$work/." "$toolkitpath/" || fail "copying the toolkit into $toolkitpath failed"
+chmod 0755 "$toolkitpath"
+logline INFO "CUDA @FULL@ runfile fixture: installed the toolkit into $toolkitpath"
+exit 0
+"""
+
+NVCC_STUB = r"""#!/bin/sh
+# nvcc stand-in written by the CUDA @FULL@ runfile fixture (testbed/FIXTURES.md): NVIDIA publishes
+# no nvcc binary for CUDA 11 on PyPI, so only --version is answered, in nvcc's banner format.
+if [ $# -eq 1 ] && { [ "$1" = --version ] || [ "$1" = -V ]; }; then
+    cat <<'BANNER'
+nvcc: NVIDIA (R) Cuda compiler driver
+Test fixture stub standing in for nvcc (testbed/FIXTURES.md); it compiles nothing
+Cuda compilation tools, release @VERSION@, V@FULL@
+Build cuda_@VERSION@.fixture
+BANNER
+    exit 0
+fi
+echo "fixture nvcc: only --version is supported" >&2
+exit 1
+"""
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        template = template.replace(f"@{key}@", value)
+    return template
+
+
+def version_json(fixture: Fixture) -> str:
+    document: dict[str, Any] = {"cuda": {"name": "CUDA SDK", "version": fixture.full_version}}
+    for wheel in fixture.wheels:
+        key, name = TOOLKIT_COMPONENTS[wheel.package]
+        document[key] = {"name": name, "version": wheel.version}
+    document["fixture"] = {
+        "note": "Test fixture built by testbed/fixtures.py; bin/nvcc is a stub, everything else is from the wheels.",
+        "built_from": [{"package": w.package, "version": w.version, "file": w.file} for w in fixture.wheels],
+    }
+    return json.dumps(document, indent=2, sort_keys=False) + "\n"
+
+
+def runfile_header(fixture: Fixture) -> bytes:
+    """The shell header, with the payload's byte offset (for `tail -c +N`) filled in."""
+    values = {
+        "FULL": fixture.full_version,
+        "VERSION": fixture.version,
+        "FILE": fixture.file,
+        "NVCC": _fill(NVCC_STUB, {"FULL": fixture.full_version, "VERSION": fixture.version}),
+        "VERSION_JSON": version_json(fixture),
+    }
+    start = 0
+    while True:
+        header = _fill(RUNFILE_HEADER, {**values, "START": str(start)}).encode()
+        if len(header) + 1 == start:
+            return header
+        start = len(header) + 1
+
+
+def write_runfile(path: Path, fixture: Fixture, payload: Path) -> str:
+    """Header + the shared payload; returns the file's sha256."""
+    with open(path, "wb") as raw, open(payload, "rb") as data:
+        out = HashingWriter(raw)
+        out.write(runfile_header(fixture))
+        shutil.copyfileobj(data, out, COPY_BUFFER)  # type: ignore[misc]
+    path.chmod(0o755)
+    return out.digest.hexdigest()
+
+
+# --- building the mirror -----------------------------------------------------------------------
+
+
+def _timed(what: str, build: Callable[[Path], str], dest: Path) -> str:
+    """Build into `<dest>.partial`, then move it into place; returns the sha256 `build` reports."""
+    started = time.monotonic()
+    partial = dest.with_name(dest.name + ".partial")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        digest = build(partial)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(dest)
+    log(f"built {what} ({megabytes(dest.stat().st_size)}) in {time.monotonic() - started:.0f} s")
+    return digest
+
+
+def _toolkit_payload(work: Path, wheels: tuple[Wheel, ...], paths: dict[str, Path]) -> Path:
+    """The tar.gz all runfile fixtures share, cached under `<cache>/mirror-work` by its inputs."""
+    key = hashlib.sha256(json.dumps([asdict(w) for w in wheels] + [SOURCE_HASH]).encode()).hexdigest()[:16]
+    payload = work / f"cuda-toolkit-payload-{key}.tar.gz"
+    if not payload.is_file():
+        for old in work.glob("cuda-toolkit-payload-*"):
+            old.unlink()
+        by_package = {w.package: paths[w.file] for w in wheels}
+        _timed("CUDA toolkit payload", lambda p: write_tarball(p, toolkit_members(by_package), "gz"), payload)
+    return payload
+
+
+def _build_tarball(fixture: Fixture, paths: dict[str, Path], dest: Path) -> str:
+    wheel_path = paths[fixture.wheels[0].file]
+    if fixture.kind == "cudnn_tarball":
+        members = cudnn_members(fixture, wheel_path)
+    else:
+        members = nccl_members(fixture, wheel_path)
+    _, compression = _split_suffix(fixture.file)
+    return _timed(fixture.file, lambda p: write_tarball(p, members, compression), dest)
+
+
+def reports_version(fixture: Fixture) -> str | int:
+    """What the fixture's own version probe reports (see testbed/FIXTURES.md)."""
+    if fixture.kind == "cuda_runfile":
+        return fixture.full_version  # `nvcc --version` (the stub) says V<full_version>
+    if fixture.kind == "cudnn_tarball":
+        return cudnn_reports(fixture.wheels[0])  # cudnnGetVersion()
+    return nccl_reports(fixture.wheels[0])  # ncclGetVersion()
+
+
+def manifest_entry(fixture: Fixture, dest: Path, sha256: str) -> dict[str, Any]:
+    return {
+        "source": fixture.source,
+        "path": fixture.path,
+        "sha256": sha256,
+        "size": dest.stat().st_size,
+        "kind": fixture.kind,
+        "catalog_version": fixture.full_version,
+        "reports_version": reports_version(fixture),
+        "real_version": fixture.wheels[0].version,
+        "built_from": [w.file for w in fixture.wheels],
+        "build_key": fixture.key(),
+    }
+
+
+def _up_to_date(fixture: Fixture, entry: dict[str, Any] | None, dest: Path) -> bool:
+    return (
+        entry is not None
+        and entry.get("build_key") == fixture.key()
+        and dest.is_file()
+        and dest.stat().st_size == entry.get("size")
+    )
+
+
+def read_manifest(mirror_root: Path) -> dict[str, dict[str, Any]]:
+    path = mirror_root / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One build at a time per cache (two test sessions may start together)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_mirror(cache: Path = sandbox.CACHE, force: bool = False, catalog_path: Path = CATALOG) -> Path:
+    """Build (or reuse) every fixture under `<cache>/mirror`; returns that root, with manifest.json."""
+    root = cache / "mirror"
+    with _locked(cache / "mirror.lock"):
+        fixtures = plan(load_catalog(catalog_path))
+        old = {} if force else read_manifest(root)
+        stale = [f for f in fixtures if not _up_to_date(f, old.get(f.file), root / f.source / f.path)]
+        built = _build(stale, cache, root) if stale else {}
+        manifest = {
+            f.file: manifest_entry(f, root / f.source / f.path, built[f.file]) if f.file in built else old[f.file]
+            for f in fixtures
+        }
+        _remove_dropped(root, old, manifest)
+        if manifest != old:
+            partial = root / (MANIFEST + ".partial")
+            partial.write_text(json.dumps(dict(sorted(manifest.items())), indent=2) + "\n")
+            partial.replace(root / MANIFEST)
+    return root
+
+
+def _build(stale: list[Fixture], cache: Path, root: Path) -> dict[str, str]:
+    """Build the fixtures; returns {file: sha256}."""
+    started = time.monotonic()
+    wheels = sorted({w for f in stale for w in f.wheels}, key=lambda w: w.file)
+    paths = fetch_wheels(wheels, cache)
+    work = cache / "mirror-work"
+    work.mkdir(parents=True, exist_ok=True)
+    runfiles = [f for f in stale if f.kind == "cuda_runfile"]
+    tarballs = [f for f in stale if f.kind != "cuda_runfile"]
+    # zlib inflates and deflates without the GIL, so threads use every core.
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        payload = pool.submit(_toolkit_payload, work, runfiles[0].wheels, paths) if runfiles else None
+        jobs = {f.file: pool.submit(_build_tarball, f, paths, root / f.source / f.path) for f in tarballs}
+        built = {name: job.result() for name, job in jobs.items()}
+    shared = payload.result() if payload else None
+    for fixture in runfiles:
+        assert shared is not None
+        dest = root / fixture.source / fixture.path
+        built[fixture.file] = _timed(fixture.file, lambda p, f=fixture, s=shared: write_runfile(p, f, s), dest)
+    log(f"built {len(stale)} fixture(s) in {time.monotonic() - started:.0f} s")
+    return built
+
+
+def _remove_dropped(root: Path, old: dict[str, dict[str, Any]], manifest: dict[str, dict[str, Any]]) -> None:
+    """Files of fixtures the catalog no longer names leave the mirror too."""
+    for name, entry in old.items():
+        if name not in manifest:
+            (root / entry["source"] / entry["path"]).unlink(missing_ok=True)
+
+
+def inventory_vars(mirror_root: Path, base_url: str) -> dict[str, Any]:
+    """Inventory variables that point the stack at the mirror and pin every fixture's sha256."""
+    base = base_url.rstrip("/")
+    return {
+        "stack_sources": {"nvidia_developer": f"{base}/nvidia_developer", "nvidia_driver": f"{base}/nvidia_driver"},
+        "stack_artifact_checksums": {name: e["sha256"] for name, e in sorted(read_manifest(mirror_root).items())},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=sandbox.CACHE, help="cache folder (default: .cache)")
+    parser.add_argument("--force", action="store_true", help="rebuild every fixture")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        root = build_mirror(args.cache, force=args.force)
+    except FixtureError as exc:
+        print(f"fixtures: {exc}", file=sys.stderr)
+        return 1
+    for name, entry in read_manifest(root).items():
+        print(f"{name}: {megabytes(entry['size'])}, sha256 {entry['sha256']}, reports {entry['reports_version']}")
+    print(f"mirror: {root} ({time.monotonic() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
