@@ -59,8 +59,7 @@ def _run(c: Context, cmd: str, env: dict[str, str] | None = None, what: str = ""
 def _fixture_mirror() -> Iterator[dict]:
     """Build the NVIDIA fixtures (cached) and serve them on 127.0.0.1 while the block runs.
 
-    Yields the inventory variables that point the catalog's NVIDIA sources at the mirror,
-    with the fixtures' checksums and the versions their real binaries report.
+    Yields the group vars of a sandbox host using it (see _sandbox_group_vars).
     """
     try:
         root = fixtures.build_mirror()
@@ -68,7 +67,7 @@ def _fixture_mirror() -> Iterator[dict]:
         raise Exit(f"fixtures: {exc}", code=1) from exc
     with mirror.serving(root) as served:
         print(f"Fixture mirror: {served.base_url} ({root})")
-        yield fixtures.inventory_vars(root, served.base_url)
+        yield _sandbox_group_vars(root, fixtures.inventory_vars(root, served.base_url))
 
 
 def _write_group_vars(scenario: str, group_vars: dict) -> None:
@@ -105,32 +104,78 @@ def lint(c: Context) -> None:
     )
 
 
+# Molecule scenarios: name -> what they prove. Each converges site.yml on a fresh Ubuntu 20.04
+# container, converges again demanding changed=0, and runs the testinfra modules.
+SCENARIOS = {
+    "default": "the seed's stack: distro driver with real DKMS (+ a kernel upgrade), CUDA runfile, "
+    "cuDNN and NCCL tarballs (fixtures), OpenMPI",
+    "wheels": "cuDNN 8.5 and NCCL 2.14 from NVIDIA's real PyPI wheels into the CUDA tree",
+}
+SCENARIO_VARS: dict[str, dict] = {
+    "default": {},
+    "wheels": {
+        "stack_cudnn_version": "8.5.0",
+        "stack_cudnn_method": "wheel",
+        "stack_nccl_version": "2.14.3",
+        "stack_nccl_method": "wheel",
+    },
+}
+
+
+def _sandbox_group_vars(root: Path, mirror_vars: dict) -> dict:
+    """Group vars of every sandbox host: no GPU, NVIDIA sources on the fixture mirror.
+
+    The cuDNN/NCCL tarball fixtures carry the real 8.5.0/2.14.3 binaries whatever their names say,
+    so the roles' version checks expect what those binaries report (testbed/FIXTURES.md).
+    """
+    manifest = fixtures.read_manifest(root)
+    reports = {entry["kind"]: entry["reports_version"] for entry in manifest.values()}
+    return {
+        "ansible_connection": "community.docker.docker",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "stack_no_gpu": True,
+        **mirror_vars,
+        "cudnn_expected_version": reports["cudnn_tarball"],
+        "nccl_expected_version": reports["nccl_tarball"],
+    }
+
+
 @task(
     help={
         "fast": "Lint and unit tests only (no containers).",
         "keyword": "Only tests whose names match this pytest -k expression (skips lint and molecule).",
+        "scenario": "Only this molecule scenario (default, wheels); skips lint, unit and integration tests.",
     }
 )
-def test(c: Context, fast: bool = False, keyword: str = "") -> None:
-    """The whole suite as CI runs it: lint, unit tests, sandbox integration tests, molecule."""
+def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "") -> None:
+    """The whole suite as CI runs it: lint, unit tests, sandbox integration tests, molecule scenarios."""
     timings: dict[str, float] = {}
     started = time.monotonic()
     if keyword:
-        image = _sandbox_image()
-        _run(c, f"pytest -q -k {shlex.quote(keyword)} tests", env={"MSGPU_SANDBOX_IMAGE": image})
+        _sandbox_image()
+        _run(c, f"pytest -q -k {shlex.quote(keyword)} tests")
         return
-    lint_started = time.monotonic()
-    lint(c)
-    timings["lint"] = time.monotonic() - lint_started
-    timings["unit"] = _run(c, "pytest -q tests/unit", what="unit tests")
+    if scenario and scenario not in SCENARIOS:
+        raise Exit(f"--scenario: '{scenario}' is unknown; allowed: {', '.join(SCENARIOS)}", code=2)
+    if not scenario:
+        lint_started = time.monotonic()
+        lint(c)
+        timings["lint"] = time.monotonic() - lint_started
+        timings["unit"] = _run(c, "pytest -q tests/unit", what="unit tests (catalog, resolver, fixtures)")
     if not fast:
         image = _sandbox_image()
-        _sandbox_image("bullseye")
         env = {"MSGPU_SANDBOX_IMAGE": image}
-        timings["integration"] = _run(c, "pytest -q tests/integration", env=env, what="integration tests (sandbox)")
-        timings["molecule"] = _run(
-            c, "molecule test --all", env=env, what="molecule (converge, idempotence, testinfra)"
-        )
+        if not scenario:
+            _sandbox_image("bullseye")
+            timings["integration"] = _run(
+                c, "pytest -q tests/integration", env=env, what="integration tests (preflight on real containers)"
+            )
+        with _fixture_mirror() as group_vars:
+            for name in [scenario] if scenario else list(SCENARIOS):
+                _write_group_vars(name, {**group_vars, **SCENARIO_VARS[name]})
+                timings[f"molecule {name}"] = _run(
+                    c, f"molecule test -s {name}", env=env, what=f"molecule {name}: {SCENARIOS[name]}"
+                )
     summary = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
     print(f"\nAll checks passed in {time.monotonic() - started:.0f} s ({summary}).")
 
@@ -145,30 +190,35 @@ def test(c: Context, fast: bool = False, keyword: str = "") -> None:
 )
 def provision(c: Context, inventory: str = "", limit: str = "", check: bool = False, extra: str = "") -> None:
     """Provision the GPU stack with playbooks/site.yml (a local sandbox host when no inventory is given)."""
-    if inventory:
-        if not Path(inventory).exists():
-            raise Exit(f"--inventory: '{inventory}' does not exist (copy inventory/example to start one)", code=2)
-        inv = inventory
-    else:
-        inv = str(_sandbox_up())
-        print(f"No inventory given: provisioning the local sandbox host {SANDBOX_HOST} (no GPU).")
-    args = ["ansible-playbook", "-i", inv, "playbooks/site.yml"]
+    args = ["ansible-playbook", "-i", "INVENTORY", "playbooks/site.yml"]
     if limit:
         args += ["--limit", limit]
     if check:
         args += ["--check", "--diff"]
-    cmd = " ".join(shlex.quote(a) for a in args) + (f" {extra}" if extra else "")
-    _run(c, cmd, what="ansible-playbook site.yml")
+    if inventory:
+        if not Path(inventory).exists():
+            raise Exit(f"--inventory: '{inventory}' does not exist (copy inventory/example to start one)", code=2)
+        args[2] = inventory
+        cmd = " ".join(shlex.quote(a) for a in args) + (f" {extra}" if extra else "")
+        _run(c, cmd, what="ansible-playbook site.yml")
+        return
+    print(f"No inventory given: provisioning the local sandbox host {SANDBOX_HOST} (no GPU), with NVIDIA's")
+    print("downloads served from a loopback mirror of fixtures built from NVIDIA's PyPI wheels.")
+    with _fixture_mirror() as group_vars:
+        args[2] = str(_sandbox_up(group_vars))
+        cmd = " ".join(shlex.quote(a) for a in args) + (f" {extra}" if extra else "")
+        _run(c, cmd, what="ansible-playbook site.yml")
+    print("Done. Look around with: ./toolkit sandbox shell   (then: source /etc/msgpu/env/cuda-*.sh; nvcc --version)")
 
 
-def _sandbox_up() -> Path:
+def _sandbox_up(group_vars: dict | None = None) -> Path:
     try:
         sandbox.ensure_docker()
         if not sandbox.host_running(SANDBOX_HOST):
             sandbox.start_host(SANDBOX_HOST)
     except sandbox.SandboxError as exc:
         raise Exit(f"sandbox: {exc}", code=1) from exc
-    return sandbox.write_inventory(SANDBOX_INVENTORY, [SANDBOX_HOST])
+    return sandbox.write_inventory(SANDBOX_INVENTORY, [SANDBOX_HOST], group_vars)
 
 
 @task(positional=["action"], help={"action": "up | down | shell | status"})
