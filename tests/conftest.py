@@ -32,14 +32,14 @@ def stack_catalog():
     return load_module("stack_catalog", ROOT / "roles" / "stack" / "filter_plugins" / "stack_catalog.py")
 
 
-def unpinned_files(catalog: dict) -> list[str]:
-    """Files the catalog has no publisher checksum for (NVIDIA's runfiles and tarballs)."""
-    found: list[str] = []
+def catalog_artifacts(catalog: dict) -> list[dict]:
+    """Every artifact entry in the catalog (a mapping with a `file`), wherever it sits."""
+    found: list[dict] = []
 
     def walk(node) -> None:
         if isinstance(node, dict):
-            if "file" in node and "sha256" in node and node["sha256"] is None:
-                found.append(node["file"])
+            if "file" in node and "sha256" in node:
+                found.append(node)
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
@@ -48,6 +48,11 @@ def unpinned_files(catalog: dict) -> list[str]:
 
     walk(catalog)
     return found
+
+
+def unpinned_files(catalog: dict) -> list[str]:
+    """Files the catalog has no publisher checksum for (NVIDIA's runfiles and tarballs)."""
+    return [artifact["file"] for artifact in catalog_artifacts(catalog) if artifact["sha256"] is None]
 
 
 @pytest.fixture(scope="session")
