@@ -37,6 +37,12 @@ def settings_for(host) -> dict:
 
 
 @pytest.fixture(scope="module")
+def host_vars(host) -> dict:
+    """The host's inventory variables (empty without the ansible backend)."""
+    return host.ansible.get_variables() if host.backend.NAME == "ansible" else {}
+
+
+@pytest.fixture(scope="module")
 def settings(host) -> dict:
     return settings_for(host)
 

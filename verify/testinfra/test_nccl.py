@@ -11,6 +11,13 @@ import re
 import shlex
 
 import pytest
+from prefix_libraries import (
+    assert_marker,
+    assert_not_in_linker_configuration,
+    assert_root_owned,
+    assert_symlink_chain,
+    recorded_files,
+)
 
 HEADERS = ["nccl.h"]
 
@@ -19,11 +26,6 @@ def nccl_version_code(version: str) -> int:
     """NCCL_VERSION_CODE as nccl.h computes it: 2804 for 2.8.4, 21403 for 2.14.3."""
     major, minor, patch = (int(part) for part in ([*version.split("."), "0", "0"])[:3])
     return major * (1000 if major <= 2 and minor <= 8 else 10000) + minor * 100 + patch
-
-
-@pytest.fixture(scope="module")
-def host_vars(host) -> dict:
-    return host.ansible.get_variables() if host.backend.NAME == "ansible" else {}
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +41,7 @@ def major(stack) -> str:
 
 @pytest.fixture(scope="module")
 def recorded(host, prefix) -> list[str]:
-    manifest = host.file(f"{prefix}/.msgpu-nccl.files")
-    assert manifest.is_file, f"{manifest.path} missing: the nccl role has not completed here"
-    return [line for line in manifest.content_string.splitlines() if line.strip()]
+    return recorded_files(host, prefix, "nccl")
 
 
 @pytest.mark.parametrize("header", HEADERS)
@@ -59,14 +59,7 @@ def test_header_has_the_stack_major(host, prefix, major):
 
 def test_library_symlink_chain(host, prefix, major):
     """libnccl.so -> libnccl.so.<major> -> libnccl.so.<major>.<minor>.<patch>, as in NVIDIA's tarballs."""
-    lib64 = f"{prefix}/lib64"
-    assert host.file(f"{lib64}/libnccl.so").is_symlink
-    assert host.check_output(f"readlink {shlex.quote(lib64 + '/libnccl.so')}") == f"libnccl.so.{major}"
-    assert host.file(f"{lib64}/libnccl.so.{major}").is_symlink
-    real = host.check_output(f"readlink {shlex.quote(f'{lib64}/libnccl.so.{major}')}")
-    assert re.fullmatch(rf"libnccl\.so\.{major}\.\d+\.\d+", real), real
-    real_file = host.file(f"{lib64}/{real}")
-    assert real_file.is_file and not real_file.is_symlink
+    assert_symlink_chain(host, f"{prefix}/lib64", "libnccl", major)
 
 
 def test_library_reports_expected_version(host, prefix, major, host_vars, stack):
@@ -82,29 +75,12 @@ def test_library_reports_expected_version(host, prefix, major, host_vars, stack)
 
 
 def test_marker_holds_the_artifact_checksum(host, prefix, stack):
-    marker = host.file(f"{prefix}/.msgpu-nccl")
-    assert marker.is_file
-    checksum = marker.content_string.strip()
-    assert re.fullmatch(r"[0-9a-f]{64}", checksum)
-    pinned = stack["nccl"]["artifact"].get("sha256")
-    if pinned:
-        assert checksum == pinned
+    assert_marker(host, prefix, "nccl", stack["nccl"]["artifact"].get("sha256"))
 
 
 def test_recorded_files_are_root_owned_and_not_world_writable(host, prefix, recorded):
-    assert any(name.startswith("include/") for name in recorded)
-    assert any(name.startswith("lib64/libnccl.so") for name in recorded)
-    paths = " ".join(shlex.quote(f"{prefix}/{name}") for name in recorded)
-    listing = host.check_output(f"stat -c '%U:%G %a %F %n' -- {paths}").splitlines()
-    assert len(listing) == len(recorded)
-    offenders = [
-        line for line in listing
-        if not line.startswith("root:root ") or ("symbolic link" not in line and int(line.split()[1], 8) & 0o002)
-    ]
-    assert not offenders
+    assert_root_owned(host, prefix, recorded, "libnccl")
 
 
 def test_prefix_is_not_in_the_linker_configuration(host, prefix):
-    """The env scripts put the prefix on the library path; the role must not touch ld.so.conf."""
-    cmd = host.run(f"grep -rsF -- {shlex.quote(prefix)} /etc/ld.so.conf /etc/ld.so.conf.d")
-    assert cmd.rc == 1, cmd.stdout
+    assert_not_in_linker_configuration(host, prefix)
