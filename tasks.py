@@ -222,7 +222,7 @@ def _sandbox_up(group_vars: dict | None = None) -> Path:
 
 
 @task(positional=["action"], help={"action": "up | down | shell | status"})
-def sandbox_host(c: Context, action: str = "status") -> None:
+def sandbox_host(c: Context, action: str) -> None:
     """Manage the local sandbox host (an Ubuntu 20.04 container without a GPU)."""
     if action == "up":
         print(f"{SANDBOX_HOST} is up; inventory: {_sandbox_up()}")
