@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
 from invoke import Collection, Context, Exit, task
 
 ROOT = Path(__file__).resolve().parent
@@ -111,21 +112,28 @@ SCENARIOS = {
     "cuDNN and NCCL tarballs (fixtures), OpenMPI",
     "wheels": "cuDNN 8.5 and NCCL 2.14 from NVIDIA's real PyPI wheels into the CUDA tree",
 }
-SCENARIO_VARS: dict[str, dict] = {
-    "default": {},
-    "wheels": {
-        "stack_cudnn_version": "8.5.0",
-        "stack_cudnn_method": "wheel",
-        "stack_nccl_version": "2.14.3",
-        "stack_nccl_method": "wheel",
-    },
-}
+
+
+def _wheel_overrides() -> dict:
+    """For each of cuDNN and NCCL, the version the default stack accepts that has a `wheel`
+    artifact in the catalog (versions live only there)."""
+    catalog = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+    stack = catalog["stacks"][catalog["default_stack"]]
+    overrides: dict = {}
+    for component in ("cudnn", "nccl"):
+        accepted = [stack[component], *stack.get("also_accepts", {}).get(component, [])]
+        version = next(v for v in accepted if "wheel" in catalog[component][v])
+        overrides.update({f"stack_{component}_version": version, f"stack_{component}_method": "wheel"})
+    return overrides
+
+
+SCENARIO_VARS: dict[str, dict] = {"default": {}, "wheels": _wheel_overrides()}
 
 
 def _sandbox_group_vars(root: Path, mirror_vars: dict) -> dict:
     """Group vars of every sandbox host: no GPU, NVIDIA sources on the fixture mirror.
 
-    The cuDNN/NCCL tarball fixtures carry the real 8.5.0/2.14.3 binaries whatever their names say,
+    The cuDNN/NCCL tarball fixtures carry the real binaries of NVIDIA's wheels whatever their names say,
     so the roles' version checks expect what those binaries report (testbed/FIXTURES.md).
     """
     manifest = fixtures.read_manifest(root)
