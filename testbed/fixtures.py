@@ -63,6 +63,10 @@ CUDA_TOOLKIT_WHEELS = (
     "nvidia-cublas-cu11",
     "nvidia-cuda-nvrtc-cu11",
     "nvidia-cuda-nvcc-cu11",
+    # MindSpore's GPU build links cuFFT, cuRAND and cuSOLVER: a toolkit without them cannot import it.
+    "nvidia-cufft-cu11",
+    "nvidia-curand-cu11",
+    "nvidia-cusolver-cu11",
 )
 
 
@@ -579,6 +583,9 @@ TOOLKIT_TREES = (
     ("nvidia-cuda-nvrtc-cu11", "nvidia/cuda_nvrtc/include/", "include/"),
     ("nvidia-cuda-nvcc-cu11", "nvidia/cuda_nvcc/include/", "include/"),
     ("nvidia-cuda-nvcc-cu11", "nvidia/cuda_nvcc/nvvm/", "nvvm/"),
+    ("nvidia-cufft-cu11", "nvidia/cufft/include/", "include/"),
+    ("nvidia-curand-cu11", "nvidia/curand/include/", "include/"),
+    ("nvidia-cusolver-cu11", "nvidia/cusolver/include/", "include/"),
 )
 # (wheel package, library in the wheel's lib/): installed in lib64/ with a lib*.so symlink.
 TOOLKIT_LIBRARIES = (
@@ -587,6 +594,10 @@ TOOLKIT_LIBRARIES = (
     ("nvidia-cublas-cu11", "nvidia/cublas/lib/libcublasLt.so.11"),
     ("nvidia-cuda-nvrtc-cu11", "nvidia/cuda_nvrtc/lib/libnvrtc.so.11.2"),
     ("nvidia-cuda-nvrtc-cu11", "nvidia/cuda_nvrtc/lib/libnvrtc-builtins.so.11.7"),
+    ("nvidia-cufft-cu11", "nvidia/cufft/lib/libcufft.so.10"),
+    ("nvidia-cufft-cu11", "nvidia/cufft/lib/libcufftw.so.10"),
+    ("nvidia-curand-cu11", "nvidia/curand/lib/libcurand.so.10"),
+    ("nvidia-cusolver-cu11", "nvidia/cusolver/lib/libcusolver.so.11"),
 )
 # version.json component names NVIDIA uses, for the real libraries inside.
 TOOLKIT_COMPONENTS = {
@@ -594,6 +605,9 @@ TOOLKIT_COMPONENTS = {
     "nvidia-cublas-cu11": ("libcublas", "CUDA cuBLAS"),
     "nvidia-cuda-nvrtc-cu11": ("cuda_nvrtc", "CUDA NVRTC"),
     "nvidia-cuda-nvcc-cu11": ("cuda_nvcc", "CUDA NVCC (ptxas and libnvvm only)"),
+    "nvidia-cufft-cu11": ("libcufft", "CUDA cuFFT"),
+    "nvidia-curand-cu11": ("libcurand", "CUDA cuRAND"),
+    "nvidia-cusolver-cu11": ("libcusolver", "CUDA cuSOLVER"),
 }
 
 

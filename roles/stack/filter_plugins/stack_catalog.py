@@ -226,6 +226,8 @@ class _Resolver:
         self.require_checksums(resolved)
         resolved["sources"] = sources
         resolved["platforms"] = self.catalog.get("platforms", {})
+        mnist = self.catalog.get("mnist", {})
+        resolved["mnist"] = {"url": sources.get(mnist.get("source", ""), ""), "files": dict(mnist.get("files", {}))}
         resolved["cuda_wheels"] = {
             name: art(dict(entry, package=name, source="pypi"))
             for name, entry in self.catalog.get("cuda_wheels", {}).items()
