@@ -128,6 +128,9 @@ def _wheel_overrides() -> dict:
 
 
 SCENARIO_VARS: dict[str, dict] = {"default": {}, "wheels": _wheel_overrides()}
+# The scenario whose converged host the system tests (playbooks/verify.yml) run against.
+VERIFY_SCENARIO = "default"
+VERIFY_HOST = "msgpu-molecule-focal"
 
 
 def _sandbox_group_vars(root: Path, mirror_vars: dict) -> dict:
@@ -161,7 +164,7 @@ def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "") 
     started = time.monotonic()
     if keyword:
         _sandbox_image()
-        _run(c, f"pytest -q -k {shlex.quote(keyword)} tests")
+        _run(c, f"pytest -q -k {shlex.quote(keyword)} tests/unit tests/integration")
         return
     if scenario and scenario not in SCENARIOS:
         raise Exit(f"--scenario: '{scenario}' is unknown; allowed: {', '.join(SCENARIOS)}", code=2)
@@ -181,9 +184,31 @@ def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "") 
         with _fixture_mirror() as group_vars:
             for name in [scenario] if scenario else list(SCENARIOS):
                 _write_group_vars(name, {**group_vars, **SCENARIO_VARS[name]})
-                timings[f"molecule {name}"] = _run(
-                    c, f"molecule test -s {name}", env=env, what=f"molecule {name}: {SCENARIOS[name]}"
-                )
+                if name != VERIFY_SCENARIO:
+                    timings[f"molecule {name}"] = _run(
+                        c, f"molecule test -s {name}", env=env, what=f"molecule {name}: {SCENARIOS[name]}"
+                    )
+                    continue
+                # The provisioned host outlives molecule's verify step for the system tests of
+                # playbooks/verify.yml, then molecule destroys it.
+                try:
+                    timings[f"molecule {name}"] = _run(
+                        c,
+                        f"molecule test -s {name} --destroy never",
+                        env=env,
+                        what=f"molecule {name}: {SCENARIOS[name]}",
+                    )
+                    inventory = sandbox.write_inventory(
+                        MOLECULE_VARS / name / "verify-inventory.yml", [VERIFY_HOST], {**group_vars, **_verify_vars()}
+                    )
+                    timings["system (verify.yml)"] = _run(
+                        c,
+                        "pytest -q -s tests/system",
+                        env={**env, "MSGPU_VERIFY_INVENTORY": str(inventory)},
+                        what="system tests: playbooks/verify.yml on the provisioned host",
+                    )
+                finally:
+                    c.run(f"molecule destroy -s {name}", env=_env(env), warn=True, hide="out")
     summary = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
     print(f"\nAll checks passed in {time.monotonic() - started:.0f} s ({summary}).")
 
@@ -219,6 +244,124 @@ def provision(c: Context, inventory: str = "", limit: str = "", check: bool = Fa
     print("Done. Look around with: ./toolkit sandbox shell   (then: source /etc/msgpu/env/cuda-*.sh; nvcc --version)")
 
 
+# Real MNIST next to the project (../shared/data/mnist, the test bed's copy): the sandbox copies it
+# from the controller instead of downloading it.
+MNIST_LOCAL = ROOT.parent / "shared" / "data" / "mnist"
+RESULTS = ROOT / "artifacts"
+
+
+def _verify_vars() -> dict:
+    """Verify settings of sandbox hosts: MNIST from the controller (no internet there), and the CUDA
+    runtime the fixture toolkit really carries (NVIDIA's 11.7 wheel whatever the runfile's name; the
+    judge compares what the process loaded with this)."""
+    catalog = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+    runtime = str(catalog["cuda_wheels"]["nvidia-cuda-runtime-cu11"]["version"])
+    settings = {"verify_expect_cuda": ".".join(runtime.split(".")[:2])}
+    if MNIST_LOCAL.is_dir():
+        settings["verify_mnist_local_path"] = str(MNIST_LOCAL)
+    return settings
+
+
+def _playbook_args(playbook: str, inventory: str, limit: str, extra_vars: dict, extra: str) -> str:
+    args = ["ansible-playbook", "-i", inventory, playbook, "-e", json.dumps(extra_vars)]
+    if limit:
+        args += ["--limit", limit]
+    return " ".join(shlex.quote(a) for a in args) + (f" {extra}" if extra else "")
+
+
+def _target_inventory(inventory: str) -> str:
+    """The user's inventory, or the local sandbox host (which must have been provisioned)."""
+    if inventory:
+        if not Path(inventory).exists():
+            raise Exit(f"--inventory: '{inventory}' does not exist (copy inventory/example to start one)", code=2)
+        return inventory
+    if not (sandbox.docker_ready() and sandbox.host_running(SANDBOX_HOST) and SANDBOX_INVENTORY.exists()):
+        raise Exit(f"the sandbox host {SANDBOX_HOST} is not running: run ./toolkit provision first", code=2)
+    print(f"No inventory given: using the local sandbox host {SANDBOX_HOST} (no GPU).")
+    return str(SANDBOX_INVENTORY)
+
+
+def _print_summary(folder: Path) -> dict:
+    summary_file = folder / "summary.json"
+    if not summary_file.exists():
+        raise Exit(f"no report in {folder}: the verify playbook did not get to write it", code=1)
+    summary = json.loads(summary_file.read_text())
+    print(f"\nReport: {folder / 'report.html'} and report.md; per-host JSON in {folder / 'hosts'}")
+    return summary
+
+
+@task(
+    help={
+        "inventory": "Inventory of real hosts; without it the local sandbox host (./toolkit provision first).",
+        "limit": "Ansible --limit pattern.",
+        "quick": "The short run: judge + a small training run, well under 90 s per host.",
+        "out": "Folder for the results and the report (default artifacts/verify).",
+        "extra": 'Extra ansible-playbook arguments, e.g. "-e verify_bench_device=CPU".',
+    }
+)
+def verify(
+    c: Context, inventory: str = "", limit: str = "", quick: bool = False, out: str = "", extra: str = ""
+) -> None:
+    """Prove every host works: run_check judge + LeNet5 benchmark on all hosts in parallel, one report."""
+    folder = Path(out).resolve() if out else RESULTS / "verify"
+    target = _target_inventory(inventory)
+    extra_vars = {"verify_quick": quick, "verify_results_dir": str(folder), **({} if inventory else _verify_vars())}
+    started = time.monotonic()
+    _run(
+        c, _playbook_args("playbooks/verify.yml", target, limit, extra_vars, extra), what="ansible-playbook verify.yml"
+    )
+    _print_summary(folder)
+    print(f"verify wall time: {time.monotonic() - started:.0f} s")
+
+
+@task(
+    help={
+        "inventory": "Inventory of real hosts; without it the local sandbox host (./toolkit provision first).",
+        "limit": "Ansible --limit pattern.",
+        "device": "GPU or CPU; empty: GPU where the host has one.",
+        "out": "Folder for the results (default artifacts/bench).",
+    }
+)
+def bench(c: Context, inventory: str = "", limit: str = "", device: str = "", out: str = "") -> None:
+    """The LeNet5 benchmark (3 epochs, full MNIST) and, in the same run, the seed's script for the ratio."""
+    if device not in ("", "GPU", "CPU"):
+        raise Exit(f"--device: '{device}' is not allowed; allowed: GPU, CPU (or empty for auto)", code=2)
+    folder = Path(out).resolve() if out else RESULTS / "bench"
+    target = _target_inventory(inventory)
+    extra_vars = {
+        "verify_judge": False,
+        "verify_compare_seed": True,
+        "verify_bench_device": device,
+        "verify_results_dir": str(folder),
+        **({} if inventory else _verify_vars()),
+    }
+    _run(c, _playbook_args("playbooks/verify.yml", target, limit, extra_vars, ""), what="benchmark (verify.yml)")
+    _print_summary(folder)
+    rows = []
+    for host_file in sorted((folder / "hosts").glob("*.json")):
+        result = json.loads(host_file.read_text())
+        b = result.get("bench") or {}
+        seed = b.get("seed") or {}
+        rows.append(
+            {
+                "host": result.get("host"),
+                "device": b.get("device"),
+                "images_per_s": b.get("images_per_s"),
+                "accuracy": b.get("accuracy"),
+                "seed_images_per_s": seed.get("images_per_s"),
+                "seed_accuracy": seed.get("accuracy"),
+                "ratio": b.get("ratio"),
+                "step_time_ms": b.get("step_time_ms"),
+            }
+        )
+        print(
+            f"{result.get('host')}: {b.get('device')} {b.get('images_per_s')} images/s (median of epochs >= 2), "
+            f"accuracy {b.get('accuracy')}; seed script {seed.get('images_per_s')} images/s; ratio {b.get('ratio')}"
+        )
+    (folder / "bench.json").write_text(json.dumps(rows, indent=2) + "\n")
+    print(f"Numbers: {folder / 'bench.json'}")
+
+
 def _sandbox_up(group_vars: dict | None = None) -> Path:
     try:
         sandbox.ensure_docker()
@@ -247,5 +390,5 @@ def sandbox_host(c: Context, action: str) -> None:
         raise Exit(f"sandbox: unknown action '{action}'; allowed: up, down, shell, status", code=2)
 
 
-namespace = Collection(setup, lint, test, provision)
+namespace = Collection(setup, lint, test, provision, verify, bench)
 namespace.add_task(sandbox_host, name="sandbox")

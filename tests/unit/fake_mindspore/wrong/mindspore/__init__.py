@@ -1,0 +1,5 @@
+"""Fake MindSpore: wrong (see fakems_base)."""
+
+from fakems_base import install
+
+install(globals(), "wrong")

@@ -1,0 +1,186 @@
+"""Command line: ``python -m msgpu_verify judge|mnist|bench|report|seed ...`` (see verify/README.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from . import judge as judge_mod
+from . import mnist as mnist_mod
+
+
+def write_json(document: Dict[str, Any], path: Optional[str]) -> None:
+    if path:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    expected = {
+        "mindspore": args.expect_mindspore,
+        "cuda": args.expect_cuda,
+        "cudnn_major": args.expect_cudnn_major,
+    }
+    document = judge_mod.judge(args.python, args.device, args.timeout, expected)
+    document["accept"] = list(args.accept)
+    write_json(document, args.json)
+    print(judge_mod.summary_line(document))
+    if not args.json:
+        print(json.dumps(document, sort_keys=True))
+    return judge_mod.exit_code(document, args.accept)
+
+
+def parse_checksums(args: argparse.Namespace) -> Dict[str, str]:
+    sums: Dict[str, str] = {}
+    if args.sha256_file:
+        sums.update(mnist_mod.parse_sha256sums(Path(args.sha256_file).read_text()))
+    for item in args.sha256 or []:
+        name, sep, value = item.partition("=")
+        if not sep or len(value) != 64:
+            raise mnist_mod.MnistError(f"--sha256 wants NAME=HEX (64 hex digits), got {item!r}")
+        sums[name] = value.lower()
+    return sums
+
+
+def cmd_mnist(args: argparse.Namespace) -> int:
+    try:
+        before = mnist_mod.is_complete(Path(args.dest))
+        dest = mnist_mod.prepare(
+            args.source, args.dest, parse_checksums(args), args.ca_bundle, args.timeout, args.retries
+        )
+    except (mnist_mod.MnistError, OSError) as exc:
+        print(json.dumps({"ok": False, "error": str(exc)}))
+        print(f"mnist: ERROR {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"ok": True, "changed": not before, "dest": str(dest)}))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    try:
+        document = _bench(run_bench, args)
+    except (mnist_mod.MnistError, OSError) as exc:
+        document = {"error": f"cannot prepare MNIST from {args.data}: {exc}", "device": args.device}
+    write_json(document, args.json)
+    if "error" in document:
+        print(f"bench: ERROR {document['error']}", file=sys.stderr)
+        if not args.json:
+            print(json.dumps(document, sort_keys=True))
+        return 1
+    seed = document.get("seed") or {}
+    print(
+        "bench: {} images/s, accuracy {}, p50 {} ms, seed {} images/s, ratio {} ({} s)".format(
+            document.get("images_per_s"),
+            document.get("accuracy"),
+            (document.get("step_time_ms") or {}).get("p50"),
+            seed.get("images_per_s"),
+            document.get("ratio"),
+            document.get("elapsed_s"),
+        )
+    )
+    if not args.json:
+        print(json.dumps(document, sort_keys=True))
+    return 0
+
+
+def _bench(run_bench, args: argparse.Namespace) -> Dict[str, Any]:
+    return run_bench(
+        device=args.device,
+        data=args.data,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        momentum=args.momentum,
+        sink=args.sink,
+        quick=args.quick,
+        compare_seed=args.compare_seed,
+        timeout_s=args.timeout,
+        python=args.python,
+    )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    paths = write_report(Path(args.input), Path(args.out), args.title)
+    for path in paths:
+        print(path)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m msgpu_verify", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+    sub.required = True
+
+    p = sub.add_parser("judge", help="run_check + an independent Mul in a child with a timeout, one verdict")
+    p.add_argument("--device", default="GPU", choices=["GPU", "CPU"])
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument(
+        "--accept",
+        nargs="+",
+        action="extend",
+        default=[],
+        choices=list(judge_mod.VERDICTS),
+        help="verdicts that also exit 0 (repeatable)",
+    )
+    p.add_argument("--expect-mindspore")
+    p.add_argument("--expect-cuda")
+    p.add_argument("--expect-cudnn-major")
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--json")
+    p.set_defaults(func=cmd_judge)
+
+    p = sub.add_parser("mnist", help="prepare DEST/train and DEST/test from a folder or an http(s) URL")
+    p.add_argument("--source", required=True)
+    p.add_argument("--sha256-file")
+    p.add_argument("--sha256", action="append", metavar="NAME=HEX")
+    p.add_argument("--dest", required=True)
+    p.add_argument("--ca-bundle")
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--retries", type=int, default=3)
+    p.set_defaults(func=cmd_mnist)
+
+    p = sub.add_parser("bench", help="the seed's LeNet5 training, measured")
+    p.add_argument("--device", default="CPU", choices=["CPU", "GPU"])
+    p.add_argument("--data", required=True)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--sink", default="auto", choices=["auto", "on", "off"])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--compare-seed", action="store_true")
+    p.add_argument("--timeout", type=float)
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--json")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("report", help="report.md, report.html and summary.json over host results")
+    p.add_argument("--input", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--title", default="MindSpore GPU fleet verification")
+    p.set_defaults(func=cmd_report)
+
+    sub.add_parser("seed", help="the seed's main.py command line (--data_url=DIR ...) on the fast harness")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "seed":  # the seed's own options (--data_url=...) pass through untouched
+        from .seed_main import main as seed_main
+
+        return seed_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

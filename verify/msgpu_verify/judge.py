@@ -1,0 +1,297 @@
+"""The run_check judge: run probe.py in the judged Python with a hard timeout and classify what it saw.
+
+``classify`` is a pure function over the child's output, return code and timeout flag, so every
+verdict is unit-testable with fake MindSpore packages. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from ._proc import ChildResult, find_result, run_child
+
+STAGE_MARKER = "@@MSGPU_VERIFY_STAGE@@"
+VERDICTS = ("OK", "NO_GPU", "LIBRARY_MISSING", "VERSION_MISMATCH", "HANG", "FAILED")
+
+MISSING_LIBRARY = re.compile(r"(lib[\w.+-]+?\.so(?:\.[\w.]+)?): cannot open shared object file")
+NO_GPU_PATTERNS = (
+    re.compile(r"no CUDA-capable device is detected", re.IGNORECASE),
+    re.compile(r"cudaGetDeviceCount failed, ret\[100\]"),
+    re.compile(r"CUDA_ERROR_NO_DEVICE"),
+    re.compile(r"cuda device count\W{0,4}(?:is\W{0,2})?0\b", re.IGNORECASE),
+    re.compile(r"gpu device count\W{0,4}(?:is\W{0,2})?0\b", re.IGNORECASE),
+)
+OLD_DRIVER_PATTERNS = (
+    re.compile(r"CUDA driver version is insufficient", re.IGNORECASE),
+    re.compile(r"cudaErrorInsufficientDriver"),
+    re.compile(r"ret\[35\]"),
+    re.compile(r"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"),
+)
+RUN_CHECK_OK = "has been installed successfully"
+RUN_CHECK_FAILED = "MindSpore running check failed"
+
+HINTS = {
+    "OK": "Nothing to do.",
+    "NO_GPU": "Check `nvidia-smi`, that the driver module is loaded (`lsmod | grep nvidia`), the host's GPUs "
+    "and CUDA_VISIBLE_DEVICES; on hosts without a GPU on purpose set stack_no_gpu: true.",
+    "LIBRARY_MISSING": "Run the provisioning again (playbooks/site.yml) and source /etc/msgpu/env/cuda-<ver>.sh "
+    "(or use the MindSpore venv's activate script) so LD_LIBRARY_PATH holds the stack's CUDA, cuDNN and "
+    "NCCL; `ldconfig -p | grep <library>` shows whether it is installed anywhere.",
+    "VERSION_MISMATCH": "Load the CUDA environment of the stack (source /etc/msgpu/env/cuda-<ver>.sh) so the "
+    "right libraries come first, remove other CUDA/cuDNN copies from LD_LIBRARY_PATH, reinstall the stack's "
+    "MindSpore wheel, or upgrade the NVIDIA driver to the stack's branch.",
+    "HANG": "Run the probe by hand (python -m msgpu_verify judge --timeout 600) and look at the last stage; "
+    "a hang in import or run_check is often a wrong driver/library mix or a stuck GPU (check dmesg, nvidia-smi).",
+    "FAILED": "Read the output below; rerun `python -c 'import mindspore; mindspore.run_check()'` in the "
+    "venv to see the full error.",
+}
+
+
+def stage_output(output: str, name: str) -> str:
+    """Lines printed between the ``begin <name>`` and ``end <name>`` markers (to the end if no end)."""
+    lines: List[str] = []
+    inside = False
+    for line in output.splitlines():
+        if STAGE_MARKER in line:
+            marker = line.split(STAGE_MARKER, 1)[1].strip()
+            if marker == "begin " + name:
+                inside = True
+            elif marker == "end " + name:
+                inside = False
+            continue
+        if inside:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def last_stage(output: str) -> Optional[str]:
+    found: Optional[str] = None
+    for line in output.splitlines():
+        if STAGE_MARKER in line:
+            found = line.split(STAGE_MARKER, 1)[1].strip()
+    return found
+
+
+def clean_output(output: str) -> str:
+    return "\n".join(line for line in output.splitlines() if "@@MSGPU_VERIFY_" not in line)
+
+
+def _first(patterns: Sequence[re.Pattern], text: str) -> Optional[str]:
+    for pattern in patterns:
+        match = pattern.search(text)
+        if match:
+            return match.group(0)
+    return None
+
+
+def _cuda_major_minor(version: Optional[str]) -> Optional[str]:
+    if not version:
+        return None
+    parts = str(version).split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 else parts[0]
+
+
+def _loaded_version(libraries: List[Dict[str, Any]], name: str, main_file: str) -> Optional[str]:
+    for lib in libraries:
+        if lib.get("name") == name and str(lib.get("file", "")).startswith(main_file):
+            return lib.get("version")
+    return None
+
+
+def _verdict(verdict: str, explanation: str, library: Optional[str] = None) -> Dict[str, Any]:
+    return {"verdict": verdict, "explanation": explanation, "hint": HINTS[verdict], "library": library}
+
+
+def _version_problems(result: Dict[str, Any], expected: Dict[str, Optional[str]]) -> List[str]:
+    problems: List[str] = []
+    libraries = result.get("loaded_libraries") or []
+    want_ms = expected.get("mindspore")
+    got_ms = result.get("mindspore_version")
+    if want_ms and got_ms and got_ms != want_ms:
+        problems.append(f"MindSpore {got_ms} is installed, expected {want_ms}")
+    want_cuda = expected.get("cuda")
+    got_cuda = _cuda_major_minor(_loaded_version(libraries, "libcudart", "libcudart.so"))
+    if want_cuda and got_cuda and got_cuda != _cuda_major_minor(want_cuda):
+        problems.append(f"the CUDA runtime actually loaded is {got_cuda}, expected {want_cuda}")
+    want_cudnn = expected.get("cudnn_major")
+    got_cudnn = _loaded_version(libraries, "libcudnn", "libcudnn.so")
+    if want_cudnn and got_cudnn and got_cudnn.split(".")[0] != str(want_cudnn).split(".")[0]:
+        problems.append(f"the cuDNN actually loaded is {got_cudnn}, expected major version {want_cudnn}")
+    return problems
+
+
+def classify(
+    output: str,
+    returncode: Optional[int],
+    timed_out: bool,
+    expected: Optional[Dict[str, Optional[str]]] = None,
+    device: str = "GPU",
+) -> Dict[str, Any]:
+    """One verdict with a plain-words explanation and a hint, from what the probe child printed."""
+    expected = expected or {}
+    raw = find_result(output)
+    result: Optional[Dict[str, Any]] = None
+    if raw is not None:
+        try:
+            result = json.loads(raw)
+        except ValueError:
+            result = None
+    text = clean_output(output)
+    if result is None:
+        if timed_out:
+            where = last_stage(output) or "start-up"
+            return _verdict("HANG", f"The check did not finish before the timeout (last stage: {where}).")
+        missing = MISSING_LIBRARY.search(text)
+        if missing:
+            return _verdict(
+                "LIBRARY_MISSING",
+                f"The check crashed because {missing.group(1)} could not be loaded.",
+                missing.group(1),
+            )
+        how = f"was killed by signal {-returncode}" if returncode is not None and returncode < 0 else (
+            f"exited with code {returncode}"
+        )
+        return _verdict("FAILED", f"The check {how} before reporting a result.")
+
+    errors = result.get("errors") or {}
+    if result.get("fatal"):
+        return _verdict("FAILED", "The probe itself failed: {}".format(result["fatal"].get("message")))
+    if not result.get("imported"):
+        error = errors.get("import") or {}
+        message = "{}: {}".format(error.get("type"), error.get("message"))
+        missing = MISSING_LIBRARY.search(message) or MISSING_LIBRARY.search(text)
+        if missing:
+            return _verdict(
+                "LIBRARY_MISSING",
+                f"`import mindspore` failed because the shared library {missing.group(1)} was not found.",
+                missing.group(1),
+            )
+        return _verdict("FAILED", f"`import mindspore` failed: {message.strip()}")
+
+    mul_ok = bool(result.get("mul_ok"))
+    failure_text = text if not mul_ok else stage_output(output, "run_check")
+    if not mul_ok:
+        missing = MISSING_LIBRARY.search(text)
+        if missing:
+            return _verdict(
+                "LIBRARY_MISSING",
+                f"MindSpore imports, but computing on {device} needs {missing.group(1)}, which was not found.",
+                missing.group(1),
+            )
+    old_driver = _first(OLD_DRIVER_PATTERNS, failure_text) if not mul_ok else None
+    problems = _version_problems(result, expected)
+    if old_driver:
+        problems.insert(0, "the NVIDIA driver is too old for this CUDA runtime (or not loaded): " + old_driver)
+    if problems:
+        return _verdict("VERSION_MISMATCH", "Version mismatch: " + "; ".join(problems) + ".")
+    if not mul_ok:
+        no_gpu = _first(NO_GPU_PATTERNS, failure_text) if device.upper() == "GPU" else None
+        if no_gpu:
+            return _verdict(
+                "NO_GPU",
+                f"MindSpore and its libraries load, but there is no usable GPU: {no_gpu}.",
+            )
+        mul_error = errors.get("mul") or errors.get("context")
+        if mul_error:
+            return _verdict(
+                "FAILED",
+                "Multiplying [1,2,3]*[4,5,6] on {} raised {}: {}".format(
+                    device, mul_error.get("type"), str(mul_error.get("message")).strip()[:500]
+                ),
+            )
+        return _verdict(
+            "FAILED",
+            "Multiplying [1,2,3]*[4,5,6] on {} gave {}, not {}.".format(device, result.get("mul"), [4, 10, 18]),
+        )
+    run_check_text = stage_output(output, "run_check")
+    if RUN_CHECK_FAILED in run_check_text or "run_check" in errors or RUN_CHECK_OK not in run_check_text:
+        return _verdict(
+            "FAILED",
+            f"The independent multiplication on {device} is right, but mindspore.run_check() did not report success.",
+        )
+    return _verdict(
+        "OK",
+        "MindSpore {} imports, run_check passes and [1,2,3]*[4,5,6] = [4,10,18] on {}.".format(
+            result.get("mindspore_version"), device
+        ),
+    )
+
+
+def judge(
+    python: str,
+    device: str = "GPU",
+    timeout_s: float = 120.0,
+    expected: Optional[Dict[str, Optional[str]]] = None,
+    env: Optional[Dict[str, str]] = None,
+) -> Dict[str, Any]:
+    """Run the probe in ``python`` and return the full judge JSON document."""
+    expected = expected or {}
+    probe = Path(__file__).resolve().with_name("probe.py")
+    start = time.monotonic()
+    try:
+        child = run_child([python, str(probe), "--device", device], timeout_s=timeout_s, env=env, cwd="/")
+    except OSError as exc:  # the judged Python itself is missing or not executable
+        child = ChildResult(returncode=None, output=f"cannot start {python}: {exc}", timed_out=False, elapsed_s=0.0,
+                            pgid=0)
+    verdict = classify(child.output, child.returncode, child.timed_out, expected, device)
+    if child.returncode is None and not child.timed_out:
+        verdict = _verdict("FAILED", child.output)
+    raw = find_result(child.output)
+    result: Dict[str, Any] = {}
+    if raw:
+        try:
+            result = json.loads(raw)
+        except ValueError:
+            result = {}
+    libraries = result.get("loaded_libraries") or []
+    run_check_text = stage_output(child.output, "run_check")
+    document: Dict[str, Any] = dict(verdict)
+    document.update(
+        {
+            "device": device,
+            "expected": {k: v for k, v in expected.items() if v},
+            "got": {
+                "mindspore": result.get("mindspore_version"),
+                "cuda": _cuda_major_minor(_loaded_version(libraries, "libcudart", "libcudart.so")),
+                "cudnn": _loaded_version(libraries, "libcudnn", "libcudnn.so"),
+                "driver_cuda": _loaded_version(libraries, "libcuda", "libcuda.so"),
+                "nccl": _loaded_version(libraries, "libnccl", "libnccl.so"),
+                "mul": result.get("mul"),
+            },
+            "mindspore_version": result.get("mindspore_version"),
+            "run_check": {
+                "said_ok": RUN_CHECK_OK in run_check_text and RUN_CHECK_FAILED not in run_check_text,
+                "output": run_check_text[-8000:],
+            },
+            "loaded_libraries": [
+                {key: lib.get(key) for key in ("name", "file", "path", "version", "version_source")}
+                for lib in libraries
+            ],
+            "errors": result.get("errors") or {},
+            "last_stage": last_stage(child.output),
+            "output_tail": clean_output(child.output)[-6000:],
+            "elapsed_s": round(time.monotonic() - start, 3),
+            "timeout_s": timeout_s,
+            "timed_out": child.timed_out,
+            "python": python,
+            "returncode": child.returncode,
+        }
+    )
+    return document
+
+
+def exit_code(document: Dict[str, Any], accept: Sequence[str]) -> int:
+    return 0 if document["verdict"] == "OK" or document["verdict"] in set(accept) else 1
+
+
+def summary_line(document: Dict[str, Any]) -> str:
+    return "judge: {} ({} s) {}".format(document["verdict"], document["elapsed_s"], document["explanation"])
+
+
+def default_python() -> str:
+    return sys.executable
