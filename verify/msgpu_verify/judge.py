@@ -39,12 +39,13 @@ HINTS = {
     "OK": "Nothing to do.",
     "NO_GPU": "Check `nvidia-smi`, that the driver module is loaded (`lsmod | grep nvidia`), the host's GPUs "
     "and CUDA_VISIBLE_DEVICES; on hosts without a GPU on purpose set stack_no_gpu: true.",
-    "LIBRARY_MISSING": "Run the provisioning again (playbooks/site.yml) and source /etc/msgpu/env/cuda-<ver>.sh "
-    "(or use the MindSpore venv's activate script) so LD_LIBRARY_PATH holds the stack's CUDA, cuDNN and "
-    "NCCL; `ldconfig -p | grep <library>` shows whether it is installed anywhere.",
-    "VERSION_MISMATCH": "Load the CUDA environment of the stack (source /etc/msgpu/env/cuda-<ver>.sh) so the "
-    "right libraries come first, remove other CUDA/cuDNN copies from LD_LIBRARY_PATH, reinstall the stack's "
-    "MindSpore wheel, or upgrade the NVIDIA driver to the stack's branch.",
+    "LIBRARY_MISSING": "Run the provisioning again (playbooks/site.yml) and source the stack's env file "
+    "/etc/msgpu/env/mindspore-<stack>.sh (it sources the CUDA one) so LD_LIBRARY_PATH holds the stack's CUDA, "
+    "cuDNN and NCCL; `ldconfig -p | grep <library>` shows whether it is installed anywhere.",
+    "VERSION_MISMATCH": "Source the stack's env file (/etc/msgpu/env/mindspore-<stack>.sh) so the right "
+    "libraries come first, remove other CUDA/cuDNN copies from LD_LIBRARY_PATH (the wheel's RPATH also names "
+    "/usr/local/cuda-<ver>/lib64: what that folder holds wins), reinstall the stack's MindSpore wheel, or "
+    "upgrade the NVIDIA driver to the stack's branch.",
     "HANG": "Run the probe by hand (python -m msgpu_verify judge --timeout 600) and look at the last stage; "
     "a hang in import or run_check is often a wrong driver/library mix or a stuck GPU (check dmesg, nvidia-smi).",
     "FAILED": "Read the output below; rerun `python -c 'import mindspore; mindspore.run_check()'` in the "
