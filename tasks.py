@@ -109,7 +109,7 @@ def lint(c: Context) -> None:
 # container, converges again demanding changed=0, and runs the testinfra modules.
 SCENARIOS = {
     "default": "the seed's stack: distro driver with real DKMS (+ a kernel upgrade), CUDA runfile, "
-    "cuDNN and NCCL tarballs (fixtures), OpenMPI",
+    "cuDNN and NCCL tarballs (fixtures), OpenMPI, the MindSpore venv; then verify.yml on it",
     "wheels": "cuDNN 8.5 and NCCL 2.14 from NVIDIA's real PyPI wheels into the CUDA tree",
 }
 
@@ -307,11 +307,17 @@ def verify(
     target = _target_inventory(inventory)
     extra_vars = {"verify_quick": quick, "verify_results_dir": str(folder), **({} if inventory else _verify_vars())}
     started = time.monotonic()
-    _run(
-        c, _playbook_args("playbooks/verify.yml", target, limit, extra_vars, extra), what="ansible-playbook verify.yml"
-    )
-    _print_summary(folder)
-    print(f"verify wall time: {time.monotonic() - started:.0f} s")
+    try:
+        _run(
+            c,
+            _playbook_args("playbooks/verify.yml", target, limit, extra_vars, extra),
+            what="ansible-playbook verify.yml",
+        )
+    finally:
+        # A failed host still has its verdict in the report: say where it is either way.
+        if (folder / "summary.json").exists():
+            _print_summary(folder)
+        print(f"verify wall time: {time.monotonic() - started:.0f} s")
 
 
 @task(
