@@ -59,3 +59,73 @@ def unpinned_files(catalog: dict) -> list[str]:
 def pinned(catalog) -> dict[str, str]:
     """Stand-in checksums for every unpinned file: the resolver only checks their form."""
     return {name: "ab" * 32 for name in unpinned_files(catalog)}
+
+
+# Settings the resolver must refuse, each with the variable its message must name and what it must
+# say is allowed. The unit tests run them through the resolver; the integration tests through
+# site.yml against a real container, proving the host did not change.
+RESOLVER_REFUSALS = [
+    pytest.param(
+        {"name": "ms9.9-cuda99"}, "stack_name", "ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.2-cuda11.6", id="name-0"
+    ),
+    pytest.param({"mindspore_version": "1.7.0"}, "stack_mindspore_version", "allowed: ", id="mindspore_version-1"),
+    pytest.param(
+        {"mindspore_version": "2.2.14"}, "stack_mindspore_version", "allowed: 1.5.1, 1.5.0", id="mindspore_version-2"
+    ),
+    pytest.param({"cuda_version": "11.6"}, "stack_cuda_version", "allowed: 11.1", id="cuda_version-3"),
+    pytest.param({"cudnn_version": "7.6.5"}, "stack_cudnn_version", "allowed: 8.0.5, 8.5.0", id="cudnn_version-4"),
+    pytest.param(
+        {"name": "ms2.2-cuda11.6", "cudnn_version": "8.0.5"},
+        "stack_cudnn_version",
+        "allowed: 8.5.0",
+        id="cudnn_version-5",
+    ),
+    pytest.param({"nccl_version": "2.3.7"}, "stack_nccl_version", "allowed: 2.8.4, 2.14.3", id="nccl_version-6"),
+    pytest.param({"driver_branch": "390"}, "stack_driver_branch", "allowed: 470, 510", id="driver_branch-7"),
+    pytest.param(
+        {"name": "ms2.2-cuda11.6", "driver_branch": "470"}, "stack_driver_branch", "allowed: 510", id="driver_branch-8"
+    ),
+    pytest.param({"cuda_extra_versions": ["11.6"]}, "stack_driver_branch", "allowed: 510", id="driver_branch-9"),
+    pytest.param(
+        {"cuda_extra_versions": ["12.4"]},
+        "stack_cuda_extra_versions",
+        "allowed: 11.1, 11.6",
+        id="cuda_extra_versions-10",
+    ),
+    pytest.param(
+        {"cuda_extra_versions": "11.6"}, "stack_cuda_extra_versions", "must be a list", id="cuda_extra_versions-11"
+    ),
+    pytest.param(
+        {"cudnn_method": "wheel"},
+        "stack_cudnn_method",
+        "allowed for it: tarball (or a cuDNN version",
+        id="cudnn_method-12",
+    ),
+    pytest.param({"cudnn_method": "conda"}, "stack_cudnn_method", "allowed: tarball, wheel", id="cudnn_method-13"),
+    pytest.param({"cudnn_method": "cuda_repo"}, "stack_cudnn_method", "allowed: tarball, wheel", id="cudnn_method-14"),
+    pytest.param({"cuda_method": "wheel"}, "stack_cuda_method", "allowed: runfile", id="cuda_method-15"),
+    pytest.param({"driver_method": "runfile"}, "stack_driver_method", "allowed: distro", id="driver_method-16"),
+    pytest.param({"tensorrt_enabled": True}, "stack_tensorrt_method", "allowed: (none)", id="tensorrt_method-17"),
+    pytest.param(
+        {"tensorrt_enabled": "yes"}, "stack_tensorrt_enabled", "allowed: true, false", id="tensorrt_enabled-18"
+    ),
+    pytest.param({"sources": {"nvidia": "http://x"}}, "stack_sources", "allowed: mindspore_release", id="sources-19"),
+    pytest.param(
+        {"sources": {"pypi": "pypi.example.org"}},
+        "stack_sources.pypi",
+        "http://, https:// or file://",
+        id="sources.pypi-20",
+    ),
+    pytest.param(
+        {"artifact_checksums": {"a.run": "md5:123"}},
+        "stack_artifact_checksums.a.run",
+        "64 hexadecimal",
+        id="artifact_checksums.a.run-21",
+    ),
+    pytest.param(
+        {"local_artifacts": {"a.tgz": "/nonexistent/a.tgz"}},
+        "stack_local_artifacts.a.tgz",
+        "does not exist",
+        id="local_artifacts.a.tgz-22",
+    ),
+]

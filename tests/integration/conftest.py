@@ -49,8 +49,9 @@ class PlaybookRun:
     output: str
 
 
-def run_playbook(playbook: str, inventory: Path, extra_vars: dict | None = None,
-                 args: list[str] | None = None) -> PlaybookRun:
+def run_playbook(
+    playbook: str, inventory: Path, extra_vars: dict | None = None, args: list[str] | None = None
+) -> PlaybookRun:
     cmd = [str(Path(sys.prefix) / "bin" / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / playbook)]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from tests.conftest import ROOT, unpinned_files
+from tests.conftest import RESOLVER_REFUSALS, ROOT, unpinned_files
 
 from .conftest import run_playbook
 
@@ -37,28 +37,56 @@ def test_check_mode_passes(focal_host, inventory_for):
 @pytest.mark.parametrize(
     ("extra_vars", "expected"),
     [
-        pytest.param({"stack_name": "ms9.9-cuda99"}, ["stack_name: 'ms9.9-cuda99' is not in the catalog",
-                                                      "allowed: ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.2-cuda11.6"],
-                     id="unknown-stack"),
-        pytest.param({"stack_name": "ms2.2-cuda11.6", "stack_cudnn_version": "8.0.5"},
-                     ["stack_cudnn_version:", "not CUDA 11.6", "allowed for CUDA 11.6: 8.5.0"], id="cudnn-vs-cuda"),
-        pytest.param({"stack_name": "ms2.2-cuda11.6", "stack_driver_branch": "470"},
-                     ["stack_driver_branch:", "below the minimum 510.39.01", "allowed: 510"], id="driver-below-cuda"),
-        pytest.param({"stack_cudnn_method": "wheel"},
-                     ["stack_cudnn_method: cuDNN 8.0.5 has no 'wheel' artifact"], id="method-not-for-version"),
+        pytest.param(
+            {"stack_name": "ms9.9-cuda99"},
+            [
+                "stack_name: 'ms9.9-cuda99' is not in the catalog",
+                "allowed: ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.2-cuda11.6",
+            ],
+            id="unknown-stack",
+        ),
+        pytest.param(
+            {"stack_name": "ms2.2-cuda11.6", "stack_cudnn_version": "8.0.5"},
+            ["stack_cudnn_version:", "not CUDA 11.6", "allowed for CUDA 11.6: 8.5.0"],
+            id="cudnn-vs-cuda",
+        ),
+        pytest.param(
+            {"stack_name": "ms2.2-cuda11.6", "stack_driver_branch": "470"},
+            ["stack_driver_branch:", "below the minimum 510.39.01", "allowed: 510"],
+            id="driver-below-cuda",
+        ),
+        pytest.param(
+            {"stack_cudnn_method": "wheel"},
+            ["stack_cudnn_method: cuDNN 8.0.5 has no 'wheel' artifact"],
+            id="method-not-for-version",
+        ),
         pytest.param({"stack_cudnn_method": "conda"}, ["stack_cudnn_method", "conda"], id="unknown-method"),
         pytest.param({"stack_no_gpu": "maybe"}, ["stack_no_gpu"], id="not-a-bool"),
-        pytest.param({"stack_python": "/usr/bin/python2.7"},
-                     ["stack_python '/usr/bin/python2.7' is cp27", "has wheels for cp37, cp38, cp39 only"],
-                     id="python-without-wheel"),
-        pytest.param({"stack_python": "/opt/python3.9/bin/python3"}, ["stack_python", "does not run on this host"],
-                     id="python-missing"),
+        pytest.param(
+            {"stack_python": "/usr/bin/python2.7"},
+            ["stack_python '/usr/bin/python2.7' is cp27", "has wheels for cp37, cp38, cp39 only"],
+            id="python-without-wheel",
+        ),
+        pytest.param(
+            {"stack_python": "/opt/python3.9/bin/python3"},
+            ["stack_python", "does not run on this host"],
+            id="python-missing",
+        ),
         pytest.param({"stack_no_gpu": False}, ["no NVIDIA GPU on the PCI bus", "stack_no_gpu: true"], id="no-gpu"),
-        pytest.param({"stack_mindspore_version": "1.5.0", "stack_artifact_checksums": _NVIDIA_ONLY},
-                     ["stack_artifact_checksums.mindspore_gpu-1.5.0-cp38-cp38-linux_x86_64.whl:",
-                      "allowed: the sha256 of your copy", "stack_local_artifacts"], id="unpinned-vendor-wheel"),
-        pytest.param({"stack_install_prefix": "/nonexistent"}, ["stack_install_prefix '/nonexistent' does not exist"],
-                     id="bad-prefix"),
+        pytest.param(
+            {"stack_mindspore_version": "1.5.0", "stack_artifact_checksums": _NVIDIA_ONLY},
+            [
+                "stack_artifact_checksums.mindspore_gpu-1.5.0-cp38-cp38-linux_x86_64.whl:",
+                "allowed: the sha256 of your copy",
+                "stack_local_artifacts",
+            ],
+            id="unpinned-vendor-wheel",
+        ),
+        pytest.param(
+            {"stack_install_prefix": "/nonexistent"},
+            ["stack_install_prefix '/nonexistent' does not exist"],
+            id="bad-prefix",
+        ),
     ],
 )
 def test_refusal_names_the_variable_and_leaves_the_host_unchanged(focal_host, inventory_for, extra_vars, expected):
@@ -68,6 +96,22 @@ def test_refusal_names_the_variable_and_leaves_the_host_unchanged(focal_host, in
     flat = " ".join(result.output.split())
     for text in expected:
         assert text in flat, f"{text!r} not in output:\n{result.output[-3000:]}"
+    assert focal_host.fingerprint() == before
+
+
+@pytest.mark.parametrize(("settings", "variable", "allowed"), RESOLVER_REFUSALS)
+def test_configuration_refusal_leaves_the_host_unchanged(focal_host, inventory_for, settings, variable, allowed):
+    """Every refusal of the resolver's unit tests, this time through site.yml on a real host."""
+    extra_vars = {("stack_name" if key == "name" else f"stack_{key}"): value for key, value in settings.items()}
+    before = focal_host.fingerprint()
+    result = run_playbook("site.yml", inventory_for(focal_host), extra_vars)
+    assert result.rc != 0, result.output
+    flat = " ".join(result.output.split())
+    # The resolver's message, or (for a value outside the role's argument spec choices) Ansible's own,
+    # which also names the variable and lists what is allowed.
+    named = (f"{variable}: " in flat and allowed in flat) or f"value of {variable} must be one of: " in flat
+    assert named, f"{variable} / {allowed!r} not in:\n{result.output[-3000:]}"
+    assert "Gather the facts the checks need" not in result.output
     assert focal_host.fingerprint() == before
 
 

@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from tests.conftest import RESOLVER_REFUSALS
+
 
 def errors_for(stack_catalog, catalog, pinned, **settings) -> list[str]:
     return stack_catalog.resolve_stack(catalog, {"artifact_checksums": pinned, **settings})["errors"]
@@ -84,34 +86,7 @@ def test_local_artifact_needs_no_checksum(stack_catalog, catalog, pinned, tmp_pa
     assert result["stack"]["cudnn"]["artifact"]["local_path"] == str(tarball)
 
 
-@pytest.mark.parametrize(
-    ("settings", "variable", "allowed"),
-    [
-        ({"name": "ms9.9-cuda99"}, "stack_name", "ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.2-cuda11.6"),
-        ({"mindspore_version": "1.7.0"}, "stack_mindspore_version", "allowed: "),
-        ({"mindspore_version": "2.2.14"}, "stack_mindspore_version", "allowed: 1.5.1, 1.5.0"),
-        ({"cuda_version": "11.6"}, "stack_cuda_version", "allowed: 11.1"),
-        ({"cudnn_version": "7.6.5"}, "stack_cudnn_version", "allowed: 8.0.5, 8.5.0"),
-        ({"name": "ms2.2-cuda11.6", "cudnn_version": "8.0.5"}, "stack_cudnn_version", "allowed: 8.5.0"),
-        ({"nccl_version": "2.3.7"}, "stack_nccl_version", "allowed: 2.8.4, 2.14.3"),
-        ({"driver_branch": "390"}, "stack_driver_branch", "allowed: 470, 510"),
-        ({"name": "ms2.2-cuda11.6", "driver_branch": "470"}, "stack_driver_branch", "allowed: 510"),
-        ({"cuda_extra_versions": ["11.6"]}, "stack_driver_branch", "allowed: 510"),
-        ({"cuda_extra_versions": ["12.4"]}, "stack_cuda_extra_versions", "allowed: 11.1, 11.6"),
-        ({"cuda_extra_versions": "11.6"}, "stack_cuda_extra_versions", "must be a list"),
-        ({"cudnn_method": "wheel"}, "stack_cudnn_method", "allowed for it: tarball (or a cuDNN version"),
-        ({"cudnn_method": "conda"}, "stack_cudnn_method", "allowed: tarball, wheel"),
-        ({"cudnn_method": "cuda_repo"}, "stack_cudnn_method", "allowed: tarball, wheel"),
-        ({"cuda_method": "wheel"}, "stack_cuda_method", "allowed: runfile"),
-        ({"driver_method": "runfile"}, "stack_driver_method", "allowed: distro"),
-        ({"tensorrt_enabled": True}, "stack_tensorrt_method", "allowed: (none)"),
-        ({"tensorrt_enabled": "yes"}, "stack_tensorrt_enabled", "allowed: true, false"),
-        ({"sources": {"nvidia": "http://x"}}, "stack_sources", "allowed: mindspore_release"),
-        ({"sources": {"pypi": "pypi.example.org"}}, "stack_sources.pypi", "http://, https:// or file://"),
-        ({"artifact_checksums": {"a.run": "md5:123"}}, "stack_artifact_checksums.a.run", "64 hexadecimal"),
-        ({"local_artifacts": {"a.tgz": "/nonexistent/a.tgz"}}, "stack_local_artifacts.a.tgz", "does not exist"),
-    ],
-)
+@pytest.mark.parametrize(("settings", "variable", "allowed"), RESOLVER_REFUSALS)
 def test_refusals_name_the_variable_and_what_is_allowed(stack_catalog, catalog, pinned, settings, variable, allowed):
     errors = errors_for(stack_catalog, catalog, pinned, **settings)
     matching = [e for e in errors if e.startswith(f"{variable}: ")]
