@@ -190,7 +190,9 @@ def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "") 
                     )
                     continue
                 # The provisioned host outlives molecule's verify step for the system tests of
-                # playbooks/verify.yml, then molecule destroys it.
+                # playbooks/verify.yml, then molecule destroys it. `--destroy never` also skips the
+                # sequence's first destroy, so leftovers of an interrupted run are removed first.
+                c.run(f"molecule destroy -s {name}", env=_env(env), warn=True, hide="out")
                 try:
                     timings[f"molecule {name}"] = _run(
                         c,
