@@ -114,10 +114,14 @@ SCENARIOS = {
 }
 
 
+def _catalog() -> dict:
+    return yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+
+
 def _wheel_overrides() -> dict:
     """For each of cuDNN and NCCL, the version the default stack accepts that has a `wheel`
     artifact in the catalog (versions live only there)."""
-    catalog = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+    catalog = _catalog()
     stack = catalog["stacks"][catalog["default_stack"]]
     overrides: dict = {}
     for component in ("cudnn", "nccl"):
@@ -256,8 +260,7 @@ def _verify_vars() -> dict:
     """Verify settings of sandbox hosts: MNIST from the controller (no internet there), and the CUDA
     runtime the fixture toolkit really carries (NVIDIA's 11.7 wheel whatever the runfile's name; the
     judge compares what the process loaded with this)."""
-    catalog = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
-    runtime = str(catalog["cuda_wheels"]["nvidia-cuda-runtime-cu11"]["version"])
+    runtime = str(_catalog()["cuda_wheels"]["nvidia-cuda-runtime-cu11"]["version"])
     settings = {"verify_expect_cuda": ".".join(runtime.split(".")[:2])}
     if MNIST_LOCAL.is_dir():
         settings["verify_mnist_local_path"] = str(MNIST_LOCAL)
@@ -344,27 +347,12 @@ def bench(c: Context, inventory: str = "", limit: str = "", device: str = "", ou
         **({} if inventory else _verify_vars()),
     }
     _run(c, _playbook_args("playbooks/verify.yml", target, limit, extra_vars, ""), what="benchmark (verify.yml)")
-    _print_summary(folder)
-    rows = []
-    for host_file in sorted((folder / "hosts").glob("*.json")):
-        result = json.loads(host_file.read_text())
-        b = result.get("bench") or {}
-        seed = b.get("seed") or {}
-        rows.append(
-            {
-                "host": result.get("host"),
-                "device": b.get("device"),
-                "images_per_s": b.get("images_per_s"),
-                "accuracy": b.get("accuracy"),
-                "seed_images_per_s": seed.get("images_per_s"),
-                "seed_accuracy": seed.get("accuracy"),
-                "ratio": b.get("ratio"),
-                "step_time_ms": b.get("step_time_ms"),
-            }
-        )
+    # The report's summary already holds every host's numbers (report.py summary_row).
+    rows = _print_summary(folder)["hosts"]
+    for row in rows:
         print(
-            f"{result.get('host')}: {b.get('device')} {b.get('images_per_s')} images/s (median of epochs >= 2), "
-            f"accuracy {b.get('accuracy')}; seed script {seed.get('images_per_s')} images/s; ratio {b.get('ratio')}"
+            f"{row['host']}: {row['device']} {row['images_per_s']} images/s (median of epochs >= 2), "
+            f"accuracy {row['accuracy']}; seed script {row['seed_images_per_s']} images/s; ratio {row['ratio']}"
         )
     (folder / "bench.json").write_text(json.dumps(rows, indent=2) + "\n")
     print(f"Numbers: {folder / 'bench.json'}")

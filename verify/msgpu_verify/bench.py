@@ -62,9 +62,9 @@ def sink_chunk(steps: int, target: int = 125) -> int:
 
 
 def effective_sink(requested: str, device: str) -> Tuple[bool, str]:
-    """Sink mode actually used. MindSpore 1.5.1's Model.train falls back to non-sink on CPU (with a warning)."""
+    """Sink mode actually used. Model.train falls back to non-sink on CPU (with a warning; measured on 1.5.1)."""
     if device.upper() == "CPU":
-        note = "MindSpore 1.5.1 has no dataset sink mode on CPU (Model.train falls back to non-sink)"
+        note = "no dataset sink mode on CPU (Model.train falls back to non-sink there)"
         return False, note + ("; --sink on ignored" if requested == "on" else "")
     if requested == "off":
         return False, "sink mode off as requested"
@@ -153,8 +153,9 @@ class LoopTimer:
         self.loss_curve: List[List[float]] = []
 
 
-def direct_loop(lenet: Any, parts: Tuple[Any, Any, Any], images: Any, labels: Any, batch: int, epochs: int,
-                log_every: int) -> LoopTimer:
+def direct_loop(
+    lenet: Any, parts: Tuple[Any, Any, Any], images: Any, labels: Any, batch: int, epochs: int, log_every: int
+) -> LoopTimer:
     """Non-sink training without the dataset machinery: per epoch a fresh shuffle of the cached arrays,
     cut into Tensors (inside the epoch's time), then TrainOneStepCell per batch, as Model.train does."""
     import numpy as np

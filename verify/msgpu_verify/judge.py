@@ -154,8 +154,10 @@ def classify(
                 f"The check crashed because {missing.group(1)} could not be loaded.",
                 missing.group(1),
             )
-        how = f"was killed by signal {-returncode}" if returncode is not None and returncode < 0 else (
-            f"exited with code {returncode}"
+        how = (
+            f"was killed by signal {-returncode}"
+            if returncode is not None and returncode < 0
+            else (f"exited with code {returncode}")
         )
         return _verdict("FAILED", f"The check {how} before reporting a result.")
 
@@ -237,8 +239,9 @@ def judge(
     try:
         child = run_child([python, str(probe), "--device", device], timeout_s=timeout_s, env=env, cwd="/")
     except OSError as exc:  # the judged Python itself is missing or not executable
-        child = ChildResult(returncode=None, output=f"cannot start {python}: {exc}", timed_out=False, elapsed_s=0.0,
-                            pgid=0)
+        child = ChildResult(
+            returncode=None, output=f"cannot start {python}: {exc}", timed_out=False, elapsed_s=0.0, pgid=0
+        )
     verdict = classify(child.output, child.returncode, child.timed_out, expected, device)
     if child.returncode is None and not child.timed_out:
         verdict = _verdict("FAILED", child.output)

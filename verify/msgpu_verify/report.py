@@ -55,6 +55,7 @@ def host_row(result: Dict[str, Any]) -> Dict[str, Any]:
         "images_per_s": _num(bench.get("images_per_s")),
         "accuracy": _num(bench.get("accuracy")),
         "seed_images_per_s": _num(seed.get("images_per_s")),
+        "seed_accuracy": _num(seed.get("accuracy")),
         "ratio": _num(bench.get("ratio")),
         "p50_ms": _num(steps.get("p50")),
         "p95_ms": _num(steps.get("p95")),
