@@ -111,6 +111,10 @@ SCENARIOS = {
     "default": "the seed's stack: distro driver with real DKMS (+ a kernel upgrade), CUDA runfile, "
     "cuDNN and NCCL tarballs (fixtures), OpenMPI, the MindSpore venv; then verify.yml on it",
     "wheels": "cuDNN 8.5 and NCCL 2.14 from NVIDIA's real PyPI wheels into the CUDA tree",
+    "nvidia_repo": "NVIDIA's CUDA apt repository (a signed fixture repo on loopback, signed-by keyring): "
+    "cuda-drivers with real DKMS, two cuda-toolkit-11-x side by side, libcudnn8, libnccl2",
+    "runfile": "the driver's runfile --silent --dkms (fixture from Ubuntu's real NVIDIA sources and "
+    "libraries) with a real DKMS build, and a second CUDA runfile toolkit side by side",
 }
 
 
@@ -131,7 +135,31 @@ def _wheel_overrides() -> dict:
     return overrides
 
 
-SCENARIO_VARS: dict[str, dict] = {"default": {}, "wheels": _wheel_overrides()}
+def _second_cuda() -> list[str]:
+    """A second CUDA toolkit for side-by-side tests: the newest catalog CUDA other than the default
+    stack's that the stack's driver branch can run."""
+    catalog = _catalog()
+    stack = catalog["stacks"][catalog["default_stack"]]
+    driver = catalog["driver"][stack["driver_branch"]]["version"]
+
+    def key(version: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in version.split("."))
+
+    fits = [
+        v for v, entry in catalog["cuda"].items() if v != stack["cuda"] and key(entry["minimum_driver"]) <= key(driver)
+    ]
+    return sorted(fits, key=key)[-1:]
+
+
+SCENARIO_VARS: dict[str, dict] = {
+    "default": {},
+    "wheels": _wheel_overrides(),
+    "nvidia_repo": {
+        **{f"stack_{c}_method": "cuda_repo" for c in ("driver", "cuda", "cudnn", "nccl")},
+        "stack_cuda_extra_versions": _second_cuda(),
+    },
+    "runfile": {"stack_driver_method": "runfile", "stack_cuda_extra_versions": _second_cuda()},
+}
 # The scenario whose converged host the system tests (playbooks/verify.yml) run against.
 VERIFY_SCENARIO = "default"
 VERIFY_HOST = "msgpu-molecule-focal"

@@ -25,6 +25,8 @@ import argparse
 import fcntl
 import gzip
 import hashlib
+import importlib
+import importlib.util
 import io
 import json
 import os
@@ -881,24 +883,42 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# Fixtures with builders of their own module, built after the ones above (they may reuse them). Each
+# module has `build(cache: Path, root: Path, catalog: dict, force: bool) -> None` (caching on its own,
+# under `root/<source>/...`) and `inventory_vars(root: Path, base_url: str) -> dict`, merged into
+# inventory_vars() below (dicts merged one level deep). A module that does not exist is skipped.
+EXTRA_BUILDERS = ("testbed.driver_fixture", "testbed.aptrepo")
+
+
+def _extra_builders() -> list[Any]:
+    return [importlib.import_module(name) for name in EXTRA_BUILDERS if importlib.util.find_spec(name)]
+
+
 def build_mirror(cache: Path = sandbox.CACHE, force: bool = False, catalog_path: Path = CATALOG) -> Path:
     """Build (or reuse) every fixture under `<cache>/mirror`; returns that root, with manifest.json."""
     root = cache / "mirror"
     with _locked(cache / "mirror.lock"):
-        fixtures = plan(load_catalog(catalog_path))
-        old = {} if force else read_manifest(root)
-        stale = [f for f in fixtures if not _up_to_date(f, old.get(f.file), root / f.source / f.path)]
-        built = _build(stale, cache, root) if stale else {}
-        manifest = {
-            f.file: manifest_entry(f, root / f.source / f.path, built[f.file]) if f.file in built else old[f.file]
-            for f in fixtures
-        }
-        _remove_dropped(root, old, manifest)
-        if manifest != old:
-            partial = root / (MANIFEST + ".partial")
-            partial.write_text(json.dumps(dict(sorted(manifest.items())), indent=2) + "\n")
-            partial.replace(root / MANIFEST)
+        _build_manifest_fixtures(cache, root, force, catalog_path)
+        for module in _extra_builders():
+            module.build(cache, root, load_catalog(catalog_path), force)
     return root
+
+
+def _build_manifest_fixtures(cache: Path, root: Path, force: bool, catalog_path: Path) -> None:
+    """The fixtures listed in manifest.json (NVIDIA runfiles and tarballs rebuilt from PyPI wheels)."""
+    fixtures = plan(load_catalog(catalog_path))
+    old = {} if force else read_manifest(root)
+    stale = [f for f in fixtures if not _up_to_date(f, old.get(f.file), root / f.source / f.path)]
+    built = _build(stale, cache, root) if stale else {}
+    manifest = {
+        f.file: manifest_entry(f, root / f.source / f.path, built[f.file]) if f.file in built else old[f.file]
+        for f in fixtures
+    }
+    _remove_dropped(root, old, manifest)
+    if manifest != old:
+        partial = root / (MANIFEST + ".partial")
+        partial.write_text(json.dumps(dict(sorted(manifest.items())), indent=2) + "\n")
+        partial.replace(root / MANIFEST)
 
 
 def _build(stale: list[Fixture], cache: Path, root: Path) -> dict[str, str]:
@@ -934,10 +954,14 @@ def _remove_dropped(root: Path, old: dict[str, dict[str, Any]], manifest: dict[s
 def inventory_vars(mirror_root: Path, base_url: str) -> dict[str, Any]:
     """Inventory variables that point the stack at the mirror and pin every fixture's sha256."""
     base = base_url.rstrip("/")
-    return {
+    merged: dict[str, Any] = {
         "stack_sources": {"nvidia_developer": f"{base}/nvidia_developer", "nvidia_driver": f"{base}/nvidia_driver"},
         "stack_artifact_checksums": {name: e["sha256"] for name, e in sorted(read_manifest(mirror_root).items())},
     }
+    for module in _extra_builders():
+        for key, value in module.inventory_vars(mirror_root, base).items():
+            merged[key] = {**merged[key], **value} if isinstance(value, dict) and key in merged else value
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,7 +89,7 @@ RESOLVER_REFUSALS = [
     pytest.param(
         {"cuda_extra_versions": ["12.4"]},
         "stack_cuda_extra_versions",
-        "allowed: 11.1, 11.6",
+        "allowed: 11.1, 11.4, 11.6",
         id="cuda_extra_versions-10",
     ),
     pytest.param(
@@ -98,14 +98,26 @@ RESOLVER_REFUSALS = [
     pytest.param(
         {"cudnn_method": "wheel"},
         "stack_cudnn_method",
-        "allowed for it: tarball (or a cuDNN version",
+        "allowed for it: tarball, cuda_repo (or a cuDNN version",
         id="cudnn_method-12",
     ),
-    pytest.param({"cudnn_method": "conda"}, "stack_cudnn_method", "allowed: tarball, wheel", id="cudnn_method-13"),
-    pytest.param({"cudnn_method": "cuda_repo"}, "stack_cudnn_method", "allowed: tarball, wheel", id="cudnn_method-14"),
-    pytest.param({"cuda_method": "wheel"}, "stack_cuda_method", "allowed: runfile", id="cuda_method-15"),
-    pytest.param({"driver_method": "runfile"}, "stack_driver_method", "allowed: distro", id="driver_method-16"),
-    pytest.param({"tensorrt_enabled": True}, "stack_tensorrt_method", "allowed: (none)", id="tensorrt_method-17"),
+    pytest.param(
+        {"cudnn_method": "conda"}, "stack_cudnn_method", "allowed: tarball, cuda_repo, wheel", id="cudnn_method-13"
+    ),
+    pytest.param({"nccl_method": "pip"}, "stack_nccl_method", "allowed: tarball, cuda_repo, wheel", id="nccl_method-14"),
+    pytest.param({"cuda_method": "wheel"}, "stack_cuda_method", "allowed: runfile, cuda_repo", id="cuda_method-15"),
+    pytest.param(
+        {"driver_method": "runfile", "driver_version": "470.57.02"},
+        "stack_driver_version",
+        "no runfile for driver 470.57.02 in branch 470; allowed: 470.86",
+        id="driver_version-16",
+    ),
+    pytest.param(
+        {"tensorrt_enabled": True, "tensorrt_method": "wheel"},
+        "stack_tensorrt_method",
+        "TensorRT 7.2.2.3 has no 'wheel' artifact; allowed for it: tarball",
+        id="tensorrt_method-17",
+    ),
     pytest.param(
         {"tensorrt_enabled": "yes"}, "stack_tensorrt_enabled", "allowed: true, false", id="tensorrt_enabled-18"
     ),
