@@ -2,7 +2,15 @@
 
 Sandbox containers share the controller's network namespace, so a server on 127.0.0.1 here is
 reachable from them. The mirror counts GET requests per path, so a test can prove that a second
-converge downloaded nothing.
+converge downloaded nothing, and it injects faults per path for the fault tests:
+
+    mirror.inject("nvidia_developer/.../x.run", "truncate", times=2)   # the next 2 GETs are cut
+    mirror.inject("nvidia_developer/.../x.run", "down")                # every GET answers 503
+
+Faults: "down" (503 Service Unavailable), "truncate" (the full Content-Length is announced, half the
+body is sent, then the connection is closed: a download cut mid-way), "corrupt" (the full length,
+with bytes in the middle changed: a checksum mismatch), "slow" (the whole file at 32 MiB/s, so a
+test can interrupt a download while it runs).
 
     with serving(build_mirror()) as mirror:
         inventory_vars(root, mirror.base_url)      # stack_sources + checksums for the inventory
@@ -15,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +37,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 HOST = "127.0.0.1"
+FAULTS = ("down", "truncate", "corrupt", "slow")
+SLOW_BYTES_PER_SECOND = 32 * 1024 * 1024
 
 
 @dataclass
@@ -36,11 +48,36 @@ class Mirror:
     root: Path
     base_url: str
     counts: dict[str, int] = field(default_factory=dict)
+    # path -> queue of [fault, GETs left to fail (None: every one)], the head applies first
+    faults: dict[str, list[list[Any]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record(self, path: str) -> None:
+    def record(self, path: str) -> str:
+        """Count a GET; returns the fault to inject into this response ("" for none)."""
         with self._lock:
             self.counts[path] = self.counts.get(path, 0) + 1
+            queue = self.faults.get(path)
+            if not queue:
+                return ""
+            fault = queue[0]
+            if fault[1] is not None:
+                fault[1] -= 1
+                if fault[1] <= 0:
+                    queue.pop(0)
+            return fault[0]
+
+    def inject(self, relative: str, fault: str, times: int | None = None) -> None:
+        """Make the next `times` GETs of a file (every GET when None) fail with `fault`, after the
+        faults injected for it before."""
+        if fault not in FAULTS:
+            raise ValueError(f"fault '{fault}' is unknown; allowed: {', '.join(FAULTS)}")
+        with self._lock:
+            self.faults.setdefault("/" + relative.lstrip("/"), []).append([fault, times])
+
+    def heal(self) -> None:
+        """Remove every injected fault."""
+        with self._lock:
+            self.faults.clear()
 
     def url(self, relative: str) -> str:
         """The URL of a file below the mirror root, e.g. url('nvidia_developer/compute/...')."""
@@ -62,11 +99,54 @@ class _Handler(SimpleHTTPRequestHandler):
         super().__init__(*args, directory=str(mirror.root), **kwargs)
 
     def do_GET(self) -> None:
-        self.mirror.record(unquote(urlsplit(self.path).path))
-        super().do_GET()
+        fault = self.mirror.record(unquote(urlsplit(self.path).path))
+        if fault == "down":
+            self.send_error(503, "mirror down (injected fault)")
+            return
+        if not fault:
+            super().do_GET()
+            return
+        path = Path(self.translate_path(self.path))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        size = path.stat().st_size
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        with path.open("rb") as source:
+            if fault == "slow":
+                while chunk := source.read(SLOW_BYTES_PER_SECOND // 8):
+                    self.wfile.write(chunk)
+                    time.sleep(0.125)
+                return
+            if fault == "truncate":
+                shutil.copyfileobj(_Limited(source, size // 2), self.wfile)
+                self.close_connection = True
+                return
+            middle = size // 2
+            shutil.copyfileobj(_Limited(source, middle), self.wfile)
+            chunk = source.read(16)
+            self.wfile.write(bytes(b ^ 0xFF for b in chunk))
+            shutil.copyfileobj(source, self.wfile)
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read their own output
         pass
+
+
+class _Limited:
+    """The first `limit` bytes of a binary file object."""
+
+    def __init__(self, source: Any, limit: int) -> None:
+        self.source, self.left = source, limit
+
+    def read(self, size: int = -1) -> bytes:
+        if self.left <= 0:
+            return b""
+        data = self.source.read(self.left if size < 0 else min(size, self.left))
+        self.left -= len(data)
+        return data
 
 
 @contextmanager

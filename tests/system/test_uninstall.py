@@ -1,0 +1,156 @@
+"""`./toolkit uninstall` (site.yml with every component's state: absent) on the provisioned host.
+
+`./toolkit test` runs this module on molecule default's converged host after the other system tests
+(tests/system/conftest.py orders it last: it removes what they use). It asserts the host had each
+component before, has none of it after, and that a second uninstall changes nothing. Names and
+versions come from the catalog (the default stack), as the roles take them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+STACK = CATALOG["stacks"][CATALOG["default_stack"]]
+DRIVER_PACKAGES = CATALOG["driver"][STACK["driver_branch"]]["distro"]["packages"]
+CUDA = STACK["cuda"]
+OPENMPI_PACKAGES = CATALOG["openmpi"][STACK["openmpi"]]["distro"]["ubuntu-20.04"]
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+@pytest.fixture(scope="module")
+def inventory() -> Path:
+    value = os.environ.get("MSGPU_VERIFY_INVENTORY", "")
+    if not value or not Path(value).is_file():
+        pytest.fail("MSGPU_VERIFY_INVENTORY must name the inventory of a provisioned sandbox host (./toolkit test)")
+    return Path(value)
+
+
+@pytest.fixture(scope="module")
+def host(inventory: Path) -> str:
+    hosts = yaml.safe_load(inventory.read_text())["all"]["children"]["gpu_servers"]["hosts"]
+    assert len(hosts) == 1, hosts
+    return next(iter(hosts))
+
+
+def on_host(host: str, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["docker", "exec", host, "sh", "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def state(host: str) -> dict[str, object]:
+    """What the host has of each component."""
+
+    def installed(packages: list[str]) -> list[str]:
+        out = on_host(host, "dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' " + " ".join(packages)).stdout
+        return sorted(line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["ii"])
+
+    def exists(path: str) -> bool:
+        return on_host(host, f"test -e {path} || test -L {path}").returncode == 0
+
+    return {
+        "dkms": on_host(host, "dkms status 2>/dev/null | grep -i '^nvidia' || true").stdout.strip(),
+        "driver_packages": installed(DRIVER_PACKAGES),
+        "held": sorted(on_host(host, "apt-mark showhold").stdout.split()),
+        "blacklist": exists("/etc/modprobe.d/blacklist-nouveau.conf"),
+        "cuda_tree": exists(f"/usr/local/cuda-{CUDA}"),
+        "cuda_link": exists("/usr/local/cuda"),
+        "cuda_env": exists(f"/etc/msgpu/env/cuda-{CUDA}.sh"),
+        "libraries": on_host(
+            host, "find /usr/local -name 'libcudnn*' -o -name 'libnccl*' -o -name '.msgpu-*' | sort"
+        ).stdout.split(),
+        "openmpi": installed(OPENMPI_PACKAGES),
+        "venvs": on_host(host, "ls -d /home/*/venvs/mindspore-* 2>/dev/null || true").stdout.split(),
+        "mindspore_env": on_host(host, "ls /etc/msgpu/env/mindspore-*.sh 2>/dev/null || true").stdout.split(),
+    }
+
+
+def uninstall(inventory: Path) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(ROOT / "toolkit"), "uninstall", "-i", str(inventory)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    return proc, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def before(host: str) -> dict[str, object]:
+    return state(host)
+
+
+@pytest.fixture(scope="module")
+def first(inventory: Path, before: dict[str, object]) -> tuple[subprocess.CompletedProcess, float]:
+    proc, wall = uninstall(inventory)
+    print(f"uninstall: {wall:.1f} s wall")
+    return proc, wall
+
+
+@pytest.fixture(scope="module")
+def after(host: str, first: tuple[subprocess.CompletedProcess, float]) -> dict[str, object]:
+    return state(host)
+
+
+@pytest.fixture(scope="module")
+def second(inventory: Path, after: dict[str, object]) -> tuple[subprocess.CompletedProcess, float]:
+    proc, wall = uninstall(inventory)
+    print(f"uninstall again: {wall:.1f} s wall")
+    return proc, wall
+
+
+def recap(proc: subprocess.CompletedProcess) -> list[tuple[str, int, int, int]]:
+    return [(h, int(c), int(u), int(f)) for h, c, u, f in RECAP.findall(proc.stdout)]
+
+
+def test_the_host_had_the_stack_before(before):
+    assert before["dkms"] and "installed" in str(before["dkms"]), before
+    assert before["driver_packages"] == sorted(DRIVER_PACKAGES), before
+    assert set(DRIVER_PACKAGES) <= set(before["held"]), before
+    assert before["cuda_tree"] and before["cuda_link"] and before["cuda_env"], before
+    assert any("libcudnn" in f for f in before["libraries"]) and any("libnccl" in f for f in before["libraries"])
+    assert before["openmpi"] and before["venvs"] and before["mindspore_env"], before
+
+
+def test_uninstall_succeeds(first):
+    proc, _ = first
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert recap(proc) and all(f == 0 and u == 0 for _, _, u, f in recap(proc)), proc.stdout[-3000:]
+
+
+def test_driver_module_packages_holds_and_blacklist_are_gone(after):
+    assert after["dkms"] == "", after["dkms"]
+    assert after["driver_packages"] == [], after
+    assert not set(DRIVER_PACKAGES) & set(after["held"]), after["held"]
+    assert not after["blacklist"]
+
+
+def test_cuda_toolkit_link_and_env_file_are_gone(after):
+    assert not after["cuda_tree"] and not after["cuda_link"] and not after["cuda_env"], after
+
+
+def test_no_cudnn_nccl_or_marker_file_is_left_under_usr_local(after):
+    assert after["libraries"] == [], after["libraries"]
+
+
+def test_openmpi_and_the_mindspore_venv_are_gone(after):
+    assert after["openmpi"] == [], after
+    assert after["venvs"] == [] and after["mindspore_env"] == [], after
+
+
+def test_a_second_uninstall_changes_nothing(second):
+    proc, _ = second
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert recap(proc) and all(c == 0 for _, c, _, _ in recap(proc)), proc.stdout[-3000:]
