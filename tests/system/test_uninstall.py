@@ -52,7 +52,8 @@ def state(host: str) -> dict[str, object]:
 
     def installed(packages: list[str]) -> list[str]:
         out = on_host(host, "dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' " + " ".join(packages)).stdout
-        return sorted(line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["ii"])
+        # db:Status-Abbrev: the wanted state ("i"nstall, "h"old, ...) then the status ("i"nstalled, ...)
+        return sorted(fields[0] for fields in map(str.split, out.splitlines()) if fields[1:] and fields[1][1:2] == "i")
 
     def exists(path: str) -> bool:
         return on_host(host, f"test -e {path} || test -L {path}").returncode == 0
