@@ -1,0 +1,282 @@
+"""Faults survived, on a real Ubuntu 20.04 container: the loopback fixture mirror goes down, cuts a
+download mid-way, serves a corrupt file; the run is killed at three different points; another
+process holds the dpkg lock. Each test asserts what the host holds afterwards, not only the exit
+status: no partial or unverified file where a later run would trust it, nothing installed from a
+bad download, and a re-run that converges to the same state as an undisturbed one (then changed=0).
+
+The tests run in file order on one container (msgpu-it-faults): the later ones start from the
+state the earlier ones leave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+import tasks
+from testbed import fixtures, mirror, sandbox
+
+from .conftest import ROOT, Host
+
+CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+STACK = CATALOG["stacks"][CATALOG["default_stack"]]
+CUDA = STACK["cuda"]
+RUNFILE = CATALOG["cuda"][CUDA]["runfile"]
+CUDNN = CATALOG["cudnn"][STACK["cudnn"]]["tarball"]
+ARTIFACTS = "/var/cache/msgpu/artifacts"
+PREFIX = f"/usr/local/cuda-{CUDA}"
+RECAP = re.compile(r"^\S+\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M)
+# A file this big anywhere on the host after a failed download would be a (partial) runfile.
+NO_BIG_FILES = (
+    "find / -xdev \\( -path /proc -o -path /sys -o -path /usr/lib -o -path /var/lib/docker \\) -prune "
+    "-o -type f -size +50M -print"
+)
+# Fast retries for the tests (the roles' defaults are 3 retries, 10 s apart).
+FAST_RETRIES = {
+    "cuda_download_retries": 2,
+    "cuda_download_delay": 1,
+    "cuda_library_download_retries": 2,
+    "cuda_library_download_delay": 1,
+}
+
+
+def unique(pattern: str) -> str:
+    """A pgrep/pkill -f pattern that does not match the shell that runs it ("[c]uda" vs "cuda")."""
+    return f"[{pattern[0]}]{pattern[1:]}"
+
+
+class Runs:
+    """Playbook runs against the faults container, with the mirror that serves its downloads."""
+
+    def __init__(self, host: Host, served: mirror.Mirror, inventory: Path) -> None:
+        self.host, self.served, self.inventory = host, served, inventory
+
+    def command(self, playbook: str, extra_vars: dict | None = None) -> list[str]:
+        return [
+            str(Path(sys.prefix) / "bin" / "ansible-playbook"),
+            "-i",
+            str(self.inventory),
+            str(ROOT / "playbooks" / playbook),
+            "-e",
+            json.dumps({**FAST_RETRIES, **(extra_vars or {})}),
+        ]
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+
+    def run(self, playbook: str, extra_vars: dict | None = None) -> tuple[int, str, float]:
+        started = time.monotonic()
+        proc = subprocess.run(
+            self.command(playbook, extra_vars),
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            cwd=ROOT,
+            timeout=900,
+            check=False,
+        )
+        return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
+
+    def run_killed(self, playbook: str, ready: threading.Event, container_pattern: str, timeout: float = 300) -> str:
+        """Start the playbook, wait until `ready` is set (by a watcher), then kill ansible-playbook and
+        every process of the step on the host (`container_pattern`): the run dies as in a power cut."""
+        with open(os.devnull, "w") as sink:
+            proc = subprocess.Popen(
+                self.command(playbook), stdout=sink, stderr=sink, env=self.env(), cwd=ROOT, start_new_session=True
+            )
+        try:
+            if not ready.wait(timeout):
+                pytest.fail(f"the run of {playbook} never reached the point to interrupt")
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        patterns = [container_pattern, "async_wrapper", "AnsiballZ"]
+        self.host.sh("; ".join(f"pkill -9 -f {unique(p)!r}" for p in patterns) + "; true")
+        return container_pattern
+
+    def watch_host(self, pattern: str, ready: threading.Event, timeout: float = 300) -> threading.Thread:
+        """Set `ready` once a process matching `pattern` runs on the host."""
+
+        def poll() -> None:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and not ready.is_set():
+                if self.host.sh(f"pgrep -f {unique(pattern)!r}").returncode == 0:
+                    ready.set()
+                    return
+                time.sleep(0.2)
+
+        thread = threading.Thread(target=poll, daemon=True)
+        thread.start()
+        return thread
+
+
+def recap(output: str) -> tuple[int, int]:
+    found = RECAP.findall(output)
+    assert found, output[-3000:]
+    changed, failed = found[-1]
+    return int(changed), int(failed)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    root = fixtures.build_mirror()
+    name = "msgpu-it-faults"
+    sandbox.stop_host(name)
+    sandbox.start_host(name)
+    host = Host(name)
+    try:
+        with mirror.serving(root) as served:
+            inventory = sandbox.write_inventory(
+                tmp_path_factory.mktemp("faults") / "inventory.yml",
+                [name],
+                tasks._sandbox_group_vars(root, fixtures.inventory_vars(root, served.base_url)),
+            )
+            yield Runs(host, served, inventory)
+    finally:
+        sandbox.stop_host(name)
+
+
+def runfile_path() -> str:
+    return f"nvidia_developer/{RUNFILE['path']}"
+
+
+def assert_nothing_from_the_runfile(runs: Runs, anywhere: bool = True) -> None:
+    """No runfile where the role looks for one, no toolkit; with `anywhere`, no large file at all."""
+    host = runs.host
+    assert host.sh(f"ls {ARTIFACTS} 2>/dev/null | grep -F {RUNFILE['file']!r}").stdout == "", "runfile left in cache"
+    assert host.sh(f"test -e {PREFIX}").returncode != 0, f"{PREFIX} exists after a failed download"
+    big = host.sh(NO_BIG_FILES).stdout.split()
+    if anywhere:
+        assert big == [], f"large files left on the host: {big}"
+    elif big:
+        print(f"left by the killed download (in Ansible's own temp folder, never read again): {big}")
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        ("down", r"503|Service Unavailable"),
+        ("truncate", r"Incomplete read"),
+        ("corrupt", r"The checksum for \S+ did not match"),
+    ],
+)
+def test_a_failing_download_is_retried_then_stops_with_nothing_left(runs, fault, expected):
+    before = runs.served.fetches(runfile_path())
+    runs.served.inject(runfile_path(), fault)
+    try:
+        rc, output, wall = runs.run("cuda.yml")
+    finally:
+        runs.served.heal()
+    assert rc != 0, output[-3000:]
+    assert re.search(expected, output), output[-3000:]
+    reason = re.search(r"failed in task .*", output)
+    assert reason, output[-3000:]
+    print(f"{fault}: {reason.group(0)[:400]}")
+    assert RUNFILE["file"] in output, output[-3000:]
+    assert runs.served.fetches(runfile_path()) - before == 1 + FAST_RETRIES["cuda_download_retries"]
+    assert_nothing_from_the_runfile(runs)
+    print(f"{fault}: failed as it should in {wall:.0f} s")
+
+
+def test_killed_while_downloading_then_a_flaky_mirror_the_rerun_converges(runs):
+    ready = threading.Event()
+    runs.served.inject(runfile_path(), "slow", times=1)
+    path = "/" + runfile_path()
+
+    def downloading() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and path not in runs.served.counts:
+            time.sleep(0.1)
+        time.sleep(3)  # well inside the ~20 s slow download
+        ready.set()
+
+    threading.Thread(target=downloading, daemon=True).start()
+    runs.run_killed("cuda.yml", ready, "AnsiballZ_get_url")
+    runs.served.heal()
+    assert_nothing_from_the_runfile(runs, anywhere=False)
+    # The next run meets a mirror that fails twice (down, then a cut download) before it works.
+    before = runs.served.fetches(runfile_path())
+    runs.served.inject(runfile_path(), "down", times=1)
+    runs.served.inject(runfile_path(), "truncate", times=1)
+    rc, output, _ = runs.run("cuda.yml", {"cuda_download_retries": 3})
+    assert rc == 0, output[-4000:]
+    assert runs.served.fetches(runfile_path()) - before == 3
+    assert runs.host.sh(f"test -f {PREFIX}/.msgpu-installed").returncode == 0
+
+
+def test_killed_inside_the_cuda_installer_the_rerun_reinstalls_and_converges(runs):
+    # Make the role reinstall: the marker says another installer did it.
+    assert runs.host.sh(f"echo stale > {PREFIX}/.msgpu-installed").returncode == 0
+    ready = threading.Event()
+    runs.watch_host(RUNFILE["file"], ready)
+    runs.run_killed("cuda.yml", ready, RUNFILE["file"])
+    state = runs.host.sh(f"ls -a {PREFIX} 2>&1; ls {PREFIX}.msgpu-installing 2>&1").stdout
+    assert runs.host.sh(f"test -f {PREFIX}/.msgpu-installed").returncode != 0, state
+    assert runs.host.sh(f"test -f {PREFIX}.msgpu-installing").returncode == 0, state
+    rc, output, _ = runs.run("cuda.yml")
+    assert rc == 0, output[-4000:]
+    nvcc = runs.host.sh(f". /etc/msgpu/env/cuda-{CUDA}.sh && nvcc --version")
+    assert f"release {CUDA}" in nvcc.stdout, nvcc.stdout + nvcc.stderr
+    assert runs.host.sh(f"test -e {PREFIX}.msgpu-installing").returncode != 0
+    rc, output, _ = runs.run("cuda.yml")
+    assert rc == 0 and recap(output) == (0, 0), output[-3000:]
+
+
+def test_killed_while_unpacking_cudnn_the_rerun_converges(runs):
+    # cuDNN's libraries need libcuda.so.1 to load (the driver's user-space library, no module).
+    driver = CATALOG["driver"][STACK["driver_branch"]]["distro"]["packages"]
+    compute = next(p for p in driver if p.startswith("libnvidia-compute"))
+    apt = runs.host.sh(f"apt-get update -qq && apt-get install -y -qq --no-install-recommends {compute}")
+    assert apt.returncode == 0, apt.stdout[-2000:] + apt.stderr[-2000:]
+    ready = threading.Event()
+    runs.watch_host(f"tar.*{CUDNN['file']}", ready)
+    runs.run_killed("cudnn.yml", ready, CUDNN["file"])
+    rc, output, _ = runs.run("cudnn.yml")
+    assert rc == 0, output[-4000:]
+    loaded = runs.host.sh(
+        f". /etc/msgpu/env/cuda-{CUDA}.sh && "
+        f"python3 -c \"import ctypes; print(ctypes.CDLL('{PREFIX}/lib64/libcudnn.so.8').cudnnGetVersion())\""
+    )
+    assert loaded.returncode == 0 and loaded.stdout.strip().isdigit(), loaded.stdout + loaded.stderr
+    rc, output, _ = runs.run("cudnn.yml")
+    assert rc == 0 and recap(output) == (0, 0), output[-3000:]
+
+
+def test_apt_waits_for_a_dpkg_lock_held_by_another_process(runs):
+    hold = 20
+    locker = subprocess.Popen(
+        [
+            "docker",
+            "exec",
+            runs.host.name,
+            "python3",
+            "-c",
+            "import fcntl, sys, time\n"
+            "files = [open(p, 'w') for p in ('/var/lib/dpkg/lock-frontend', '/var/lib/dpkg/lock')]\n"
+            "[fcntl.lockf(f, fcntl.LOCK_EX) for f in files]\n"
+            "print('locked', flush=True)\n"
+            f"time.sleep({hold})\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+    started = time.monotonic()
+    rc, output, _ = runs.run("openmpi.yml")
+    waited = time.monotonic() - started
+    locker.wait(timeout=60)
+    assert rc == 0, output[-4000:]
+    assert waited >= hold - 2, f"apt did not wait for the lock ({waited:.0f} s)"
+    assert runs.host.sh("dpkg-query -W -f='${Status}' openmpi-bin").stdout == "install ok installed"
