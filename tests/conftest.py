@@ -104,7 +104,9 @@ RESOLVER_REFUSALS = [
     pytest.param(
         {"cudnn_method": "conda"}, "stack_cudnn_method", "allowed: tarball, cuda_repo, wheel", id="cudnn_method-13"
     ),
-    pytest.param({"nccl_method": "pip"}, "stack_nccl_method", "allowed: tarball, cuda_repo, wheel", id="nccl_method-14"),
+    pytest.param(
+        {"nccl_method": "pip"}, "stack_nccl_method", "allowed: tarball, cuda_repo, wheel", id="nccl_method-14"
+    ),
     pytest.param({"cuda_method": "wheel"}, "stack_cuda_method", "allowed: runfile, cuda_repo", id="cuda_method-15"),
     pytest.param(
         {"driver_method": "runfile", "driver_version": "470.57.02"},

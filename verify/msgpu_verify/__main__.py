@@ -1,4 +1,4 @@
-"""Command line: ``python -m msgpu_verify judge|mnist|bench|report|seed ...`` (see verify/README.md)."""
+"""Command line: ``python -m msgpu_verify judge|mnist|bench|report|seed|doctor ...`` (see verify/README.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from . import doctor as doctor_mod
 from . import judge as judge_mod
 from . import mnist as mnist_mod
 
@@ -114,6 +115,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    return doctor_mod.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m msgpu_verify", description=__doc__)
     sub = parser.add_subparsers(dest="command")
@@ -167,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--title", default="MindSpore GPU fleet verification")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("doctor", help="read the host's state and explain what keeps MindSpore off the GPU")
+    doctor_mod.add_arguments(p)
+    p.set_defaults(func=cmd_doctor)
 
     sub.add_parser("seed", help="the seed's main.py command line (--data_url=DIR ...) on the fast harness")
     return parser

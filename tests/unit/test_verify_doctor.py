@@ -1,0 +1,401 @@
+"""The doctor's rules on substituted file trees (root, /proc, /sys under tmp_path).
+
+Each test builds a healthy host tree, breaks one thing and asserts the finding's id, severity,
+evidence and fix; the healthy tree gives no error and no warning. The real broken states in a
+provisioned container are tests/system/test_doctor.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "verify"))
+
+from msgpu_verify import doctor  # noqa: E402
+from msgpu_verify.__main__ import main as cli_main  # noqa: E402
+
+KERNEL = "5.4.0-100-generic"
+CUDA_HOME = "/usr/local/cuda-11.1"
+VENV = "/home/msgpu/venvs/mindspore-1.5.1"
+ENV_FILE = "/etc/msgpu/env/mindspore-ms1.5-cuda11.1.sh"
+SITE = VENV + "/lib/python3.8/site-packages"
+EXPECT = {
+    "host": "gpu1",
+    "stack": "ms1.5-cuda11.1",
+    "no_gpu": False,
+    "env_file": ENV_FILE,
+    "minimum_driver": "450.80.02",
+    "driver": {"branch": "470", "method": "distro", "dkms_module": "nvidia", "packages": ["nvidia-dkms-470"]},
+    "cuda": {"version": "11.1", "method": "runfile", "home": CUDA_HOME},
+    "cudnn": {"version": "8.0.5", "method": "tarball"},
+    "nccl": {"version": "2.8.4", "method": "tarball"},
+    "mindspore": {
+        "package": "mindspore-gpu",
+        "version": "1.5.1",
+        "pins": ["numpy<1.24", "pillow<10"],
+        "libraries_required": ["libcudart.so.11.0", "libcudnn.so.8", "libcuda.so.1"],
+        "libraries_optional": ["libnccl.so.2"],
+    },
+}
+
+
+def minimal_elf(rpath: str, needed: List[str]) -> bytes:
+    """A 64-bit ELF with one PT_LOAD and a PT_DYNAMIC holding DT_NEEDED, DT_RPATH and DT_STRTAB."""
+    strtab = b"\0"
+    offsets: Dict[str, int] = {}
+    for text in [rpath, *needed]:
+        offsets[text] = len(strtab)
+        strtab += text.encode() + b"\0"
+    header_size, ph_size = 64, 56
+    strtab_off = header_size + 2 * ph_size
+    dyn_entries = [(1, offsets[n]) for n in needed] + [(15, offsets[rpath]), (5, strtab_off), (0, 0)]
+    dyn_off = strtab_off + len(strtab)
+    dynamic = b"".join(struct.pack("<qQ", t, v) for t, v in dyn_entries)
+    total = dyn_off + len(dynamic)
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, header_size, 0, 0, 64, ph_size, 2, 0, 0, 0)
+    load = struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, total, total, 0x1000)
+    dyn = struct.pack("<IIQQQQQQ", 2, 6, dyn_off, dyn_off, dyn_off, len(dynamic), len(dynamic), 8)
+    return header + load + dyn + strtab + dynamic
+
+
+def write(path: Path, text: str = "", data: Optional[bytes] = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if data is not None:
+        path.write_bytes(data)
+    else:
+        path.write_text(text)
+    return path
+
+
+def library(root: Path, folder: str, soname: str, real: str) -> None:
+    write(root / folder.lstrip("/") / real, data=b"\x7fELF")
+    link = root / folder.lstrip("/") / soname
+    if not link.exists():
+        link.symlink_to(real)
+
+
+class Tree:
+    """A healthy GPU host below tmp_path; tests break one thing each."""
+
+    def __init__(self, base: Path) -> None:
+        self.root, self.proc, self.sys = base / "root", base / "proc", base / "sys"
+        r = self.root
+        write(self.proc / "modules", "nvidia 35000000 0 - Live 0x0\nnvidia_uvm 1 0 - Live 0x0\n")
+        write(self.proc / "sys/kernel/osrelease", KERNEL + "\n")
+        for gpu in ("0000:01:00.0", "0000:02:00.0"):
+            (self.proc / "driver/nvidia/gpus" / gpu).mkdir(parents=True)
+        write(self.sys / "module/nvidia/version", "470.82.01\n")
+        write(self.sys / doctor.SECURE_BOOT_VAR, data=b"\x06\x00\x00\x00\x00")
+        write(r / "etc/modprobe.d/blacklist-nouveau.conf", "blacklist nouveau\noptions nouveau modeset=0\n")
+        write(r / f"lib/modules/{KERNEL}/build/Makefile", "all:\n")
+        write(r / f"lib/modules/{KERNEL}/updates/dkms/nvidia.ko", data=b"module" + doctor.MODULE_SIGNATURE_MAGIC)
+        write(r / f"var/lib/dkms/nvidia/470.82.01/{KERNEL}/x86_64/module/nvidia.ko", data=b"module")
+        write(r / "etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n")
+        write(r / "etc/ld.so.conf.d/x86_64-linux-gnu.conf", "/usr/lib/x86_64-linux-gnu\n")
+        library(r, "/usr/lib/x86_64-linux-gnu", "libcuda.so.1", "libcuda.so.470.82.01")
+        library(r, "/usr/lib/x86_64-linux-gnu", "libnvidia-ml.so.1", "libnvidia-ml.so.470.82.01")
+        library(r, CUDA_HOME + "/lib64", "libcudart.so.11.0", "libcudart.so.11.1.74")
+        library(r, CUDA_HOME + "/lib64", "libcudnn.so.8", "libcudnn.so.8.0.5")
+        library(r, CUDA_HOME + "/lib64", "libnccl.so.2", "libnccl.so.2.8.4")
+        write(r / CUDA_HOME.lstrip("/") / "bin/nvcc", "#!/bin/sh\n")
+        write(r / "etc/msgpu/env/cuda-11.1.sh", f"export CUDA_HOME={CUDA_HOME}\nexport PATH={CUDA_HOME}/bin:$PATH\n")
+        write(
+            r / ENV_FILE.lstrip("/"),
+            f". {r}/etc/msgpu/env/cuda-11.1.sh\n"
+            f"export LD_LIBRARY_PATH={CUDA_HOME}/lib64\nexport VIRTUAL_ENV={VENV}\nexport PATH={VENV}/bin:$PATH\n",
+        )
+        library(r, CUDA_HOME + "/lib64", "libcurand.so.10", "libcurand.so.10.2.10.91")
+        write(r / SITE.lstrip("/") / "mindspore/lib/libmindspore_gvar.so", data=b"\x7fELF")
+        needed = ["libcudart.so.11.0", "libcudnn.so.8", "libcurand.so.10", "libmindspore_gvar.so", "libc.so.6"]
+        library(r, "/lib/x86_64-linux-gnu", "libc.so.6", "libc-2.31.so")
+        ext = minimal_elf("$ORIGIN/lib::/usr/local/cuda-11.1/lib64", needed)
+        write(r / SITE.lstrip("/") / "mindspore/_c_expression.cpython-38-x86_64-linux-gnu.so", data=ext)
+        for name, version in (("mindspore_gpu", "1.5.1"), ("numpy", "1.21.6"), ("Pillow", "9.5.0")):
+            self.dist(name, version)
+        self.expect = json.loads(json.dumps(EXPECT))
+
+    def dist(self, name: str, version: str) -> None:
+        write(
+            self.root / SITE.lstrip("/") / f"{name}-{version}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        )
+
+    def host(self, environ: Optional[Dict[str, str]] = None, device_id: Optional[int] = None) -> doctor.Host:
+        return doctor.Host(
+            root=self.root,
+            proc=self.proc,
+            sys=self.sys,
+            expect=self.expect,
+            env_file=ENV_FILE,
+            environ=environ or {},
+            device_id=device_id,
+        )
+
+    def diagnose(self, **kwargs) -> Dict:
+        return doctor.diagnose(self.host(**kwargs))
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Tree:
+    return Tree(tmp_path)
+
+
+def by_id(document: Dict) -> Dict[str, Dict]:
+    return {f["id"]: f for f in document["findings"]}
+
+
+def problems(document: Dict) -> Dict[str, Dict]:
+    return {k: f for k, f in by_id(document).items() if f["severity"] in ("error", "warning")}
+
+
+def test_healthy_host_has_no_error_and_no_warning(tree: Tree) -> None:
+    document = tree.diagnose()
+    assert problems(document) == {}, problems(document)
+    assert document["ok"] is True
+    found = by_id(document)["libraries-found"]["evidence"]
+    assert any(line.startswith("libcudart.so.11.0 -> ") and "libcudart.so.11.1.74 (RPATH)" in line for line in found)
+    assert any("libcuda.so.470.82.01" in line for line in found)
+    assert document["elapsed_s"] < 5
+
+
+def test_nouveau_loaded(tree: Tree) -> None:
+    write(tree.proc / "modules", "nouveau 2347008 0 - Live 0x0\n")
+    finding = by_id(tree.diagnose())["nouveau-loaded"]
+    assert finding["severity"] == "error"
+    assert "nouveau 2347008" in finding["evidence"][0]
+    assert "nvidia_driver_blacklist_nouveau" in finding["fix"] and "update-initramfs" in finding["fix"]
+
+
+def test_blacklist_missing(tree: Tree) -> None:
+    (tree.root / "etc/modprobe.d/blacklist-nouveau.conf").unlink()
+    finding = by_id(tree.diagnose())["nouveau-not-blacklisted"]
+    assert finding["severity"] == "warning"
+    assert "/etc/modprobe.d/blacklist-nouveau.conf" in finding["fix"]
+
+
+def test_new_kernel_headers_without_module(tree: Tree) -> None:
+    write(tree.root / "lib/modules/5.4.0-200-generic/build/Makefile", "all:\n")
+    finding = by_id(tree.diagnose())["dkms-module-missing"]
+    assert finding["severity"] == "error" and "5.4.0-200-generic" in finding["title"]
+    assert "dkms autoinstall -k 5.4.0-200-generic" in finding["fix"]
+    assert any("DKMS has not built it" in e for e in finding["evidence"])
+
+
+def test_running_kernel_without_module(tree: Tree) -> None:
+    (tree.root / f"lib/modules/{KERNEL}/updates/dkms/nvidia.ko").unlink()
+    (tree.root / f"lib/modules/{KERNEL}/build/Makefile").unlink()
+    finding = by_id(tree.diagnose())["driver-module-missing-running-kernel"]
+    assert finding["severity"] == "error" and KERNEL in finding["title"]
+    assert f"linux-headers-{KERNEL}" in finding["fix"]
+
+
+def test_secure_boot_with_unsigned_module(tree: Tree) -> None:
+    write(tree.sys / doctor.SECURE_BOOT_VAR, data=b"\x06\x00\x00\x00\x01")
+    write(tree.root / f"lib/modules/{KERNEL}/updates/dkms/nvidia.ko", data=b"unsigned module")
+    finding = by_id(tree.diagnose())["secure-boot-unsigned-module"]
+    assert finding["severity"] == "error"
+    assert any("no appended module signature" in e for e in finding["evidence"])
+    assert "update-secureboot-policy --enroll-key" in finding["fix"]
+
+
+def test_secure_boot_with_signed_module_is_fine(tree: Tree) -> None:
+    write(tree.sys / doctor.SECURE_BOOT_VAR, data=b"\x06\x00\x00\x00\x01")
+    assert "secure-boot-unsigned-module" not in by_id(tree.diagnose())
+
+
+def test_driver_older_than_cuda_minimum(tree: Tree) -> None:
+    write(tree.sys / "module/nvidia/version", "418.226.00\n")
+    library(tree.root, "/usr/lib/x86_64-linux-gnu", "libnvidia-ml.so.1", "libnvidia-ml.so.418.226.00")
+    (tree.root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").unlink()
+    (tree.root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").symlink_to("libnvidia-ml.so.418.226.00")
+    found = by_id(tree.diagnose())
+    finding = found["driver-too-old"]
+    assert finding["severity"] == "error" and "418.226.00" in finding["title"] and "450.80.02" in finding["title"]
+    assert "stack_driver_branch" in finding["fix"]
+    assert "nvml-mismatch" not in found
+
+
+def test_nvml_mismatch(tree: Tree) -> None:
+    write(tree.sys / "module/nvidia/version", "470.57.02\n")
+    finding = by_id(tree.diagnose())["nvml-mismatch"]
+    assert finding["severity"] == "error"
+    assert "470.57.02" in finding["title"] and "470.82.01" in finding["title"]
+    assert "reboot" in finding["fix"]
+
+
+def test_driver_not_loaded_unless_no_gpu(tree: Tree) -> None:
+    (tree.sys / "module/nvidia/version").unlink()
+    assert by_id(tree.diagnose())["driver-not-loaded"]["severity"] == "error"
+    tree.expect["no_gpu"] = True
+    assert "driver-not-loaded" not in by_id(tree.diagnose())
+
+
+@pytest.mark.parametrize(
+    ("soname", "severity", "variable"),
+    [
+        ("libcudnn.so.8", "error", "stack_cudnn_method=tarball"),
+        ("libcudart.so.11.0", "error", "stack_cuda_method=runfile"),
+        ("libcuda.so.1", "error", "stack_driver_method=distro"),
+        ("libnccl.so.2", "warning", "stack_nccl_method=tarball"),
+    ],
+)
+def test_missing_library_names_its_provider(tree: Tree, soname: str, severity: str, variable: str) -> None:
+    folder = "usr/lib/x86_64-linux-gnu" if soname == "libcuda.so.1" else CUDA_HOME.lstrip("/") + "/lib64"
+    (tree.root / folder / soname).unlink()
+    finding = by_id(tree.diagnose())[f"library-missing:{soname}"]
+    assert finding["severity"] == severity
+    assert variable in finding["fix"]
+    assert any("/usr/local/cuda-11.1/lib64" in e for e in finding["evidence"])
+
+
+def test_missing_library_the_extension_links_beyond_the_catalog(tree: Tree) -> None:
+    (tree.root / CUDA_HOME.lstrip("/") / "lib64/libcurand.so.10").unlink()
+    document = tree.diagnose()
+    finding = by_id(document)["library-missing:libcurand.so.10"]
+    assert finding["severity"] == "error" and "DT_NEEDED" in finding["title"]
+    assert "stack_cuda_method=runfile" in finding["fix"]
+    # The wheel's own libraries resolve through $ORIGIN/lib.
+    assert "library-missing:libmindspore_gvar.so" not in by_id(document)
+
+
+def test_rpath_shadows_ld_library_path(tree: Tree) -> None:
+    other = "/opt/cuda-11.4/lib64"
+    library(tree.root, other, "libcudart.so.11.0", "libcudart.so.11.4.43")
+    env = tree.root / ENV_FILE.lstrip("/")
+    env.write_text(env.read_text().replace(f"LD_LIBRARY_PATH={CUDA_HOME}/lib64", f"LD_LIBRARY_PATH={other}"))
+    found = by_id(tree.diagnose())
+    finding = found["rpath-shadows-ld-library-path"]
+    assert finding["severity"] == "error"
+    assert any("libcudart.so.11.0: RPATH gives" in e and "11.4.43" in e for e in finding["evidence"])
+    assert finding["evidence"][0].endswith(
+        "DT_RPATH: " + SITE + "/mindspore/lib:/usr/local/cuda-11.1/lib64 (searched before LD_LIBRARY_PATH)"
+    )
+    assert "ld-library-path-missing-cuda" in found
+
+
+def test_cuda_home_unset_and_not_on_path(tree: Tree) -> None:
+    write(tree.root / "etc/msgpu/env/cuda-11.1.sh", "true\n")
+    found = by_id(tree.diagnose())
+    assert found["cuda-home-unset"]["severity"] == "error"
+    assert "./toolkit provision" in found["cuda-home-unset"]["fix"]
+    assert found["cuda-not-on-path"]["severity"] == "error"
+
+
+def test_env_file_missing(tree: Tree) -> None:
+    (tree.root / ENV_FILE.lstrip("/")).unlink()
+    assert by_id(tree.diagnose())["env-file-missing"]["severity"] == "error"
+
+
+def test_numpy_outside_pins(tree: Tree) -> None:
+    import shutil
+
+    shutil.rmtree(tree.root / SITE.lstrip("/") / "numpy-1.21.6.dist-info")
+    tree.dist("numpy", "1.24.4")
+    finding = by_id(tree.diagnose())["pin-violated:numpy"]
+    assert finding["severity"] == "error" and "numpy 1.24.4" in finding["title"] and "numpy<1.24" in finding["title"]
+    assert "msgpu-constraints.txt" in finding["fix"]
+
+
+def test_cpu_and_gpu_mindspore_both_installed(tree: Tree) -> None:
+    tree.dist("mindspore", "1.5.1")
+    finding = by_id(tree.diagnose())["mindspore-packages-conflict"]
+    assert finding["severity"] == "error"
+    assert "pip uninstall -y mindspore mindspore-gpu" in finding["fix"]
+
+
+def test_device_id_outside_cuda_visible_devices(tree: Tree) -> None:
+    finding = by_id(tree.diagnose(environ={"CUDA_VISIBLE_DEVICES": "1"}, device_id=1))["device-id-not-visible"]
+    assert finding["severity"] == "error"
+    assert "CUDA_VISIBLE_DEVICES='1'" in finding["evidence"][0]
+    assert "device_id 0..0" in finding["fix"]
+    assert "device-id-not-visible" not in by_id(tree.diagnose(environ={"CUDA_VISIBLE_DEVICES": "0,1"}, device_id=1))
+
+
+def test_cuda_visible_devices_out_of_range(tree: Tree) -> None:
+    finding = by_id(tree.diagnose(environ={"CUDA_VISIBLE_DEVICES": "3"}))["cuda-visible-devices-out-of-range"]
+    assert "the host has 2" in finding["title"]
+
+
+def mpi_rank(tree: Tree, pid: int, rank: int, env: Dict[str, str]) -> None:
+    base = {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "PMIX_NAMESPACE": "job-7"}
+    data = b"\0".join(f"{k}={v}".encode() for k, v in {**base, **env}.items()) + b"\0"
+    write(tree.proc / str(pid) / "environ", data=data)
+    write(tree.proc / str(pid) / "cmdline", data=b"python\0train.py\0")
+
+
+def test_mpi_ranks_bound_to_one_gpu(tree: Tree) -> None:
+    for pid, rank in ((101, 0), (102, 1)):
+        mpi_rank(tree, pid, rank, {"CUDA_VISIBLE_DEVICES": "0"})
+    finding = by_id(tree.diagnose())["mpi-ranks-one-gpu"]
+    assert finding["severity"] == "error" and "All 2 MPI ranks of job job-7" in finding["title"]
+    assert "OMPI_COMM_WORLD_LOCAL_RANK" in finding["fix"]
+
+
+def test_mpi_ranks_on_their_own_gpus_are_fine(tree: Tree) -> None:
+    for pid, rank in ((101, 0), (102, 1)):
+        mpi_rank(tree, pid, rank, {"CUDA_VISIBLE_DEVICES": str(rank)})
+    mpi_rank(tree, 103, 2, {})  # picks its GPU itself: unknown, never an alarm
+    assert "mpi-ranks-one-gpu" not in by_id(tree.diagnose())
+
+
+def test_elf_reader_reads_rpath_and_needed(tmp_path: Path) -> None:
+    path = write(tmp_path / "x.so", data=minimal_elf("/a:/b", ["libfoo.so.1"]))
+    assert doctor.elf_dynamic(path) == {"needed": ["libfoo.so.1"], "rpath": ["/a:/b"], "runpath": []}
+    assert doctor.elf_dynamic(write(tmp_path / "text", "not an elf")) == {}
+
+
+@pytest.mark.parametrize(
+    ("version", "spec", "ok"),
+    [
+        ("1.23.5", "<1.24", True),
+        ("1.24.0", "<1.24", False),
+        ("1.24.4", ">=1.17,<1.24", False),
+        ("9.5.0", "<10", True),
+        ("10.0.1", "<10", False),
+        ("1.5.1", "==1.5.*", True),
+        ("1.6.0", "~=1.5.0", False),
+    ],
+)
+def test_pin_specifiers(version: str, spec: str, ok: bool) -> None:
+    assert doctor.satisfies(version, spec) is ok
+
+
+def test_cli_exit_code_json_and_text(tree: Tree, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    expect = write(tmp_path / "expect.json", json.dumps(tree.expect))
+    args = ["doctor", "--expect", str(expect), "--root", str(tree.root), "--proc", str(tree.proc)]
+    args += ["--sys", str(tree.sys), "--json", str(tmp_path / "out.json")]
+    assert cli_main(args) == 0
+    assert "0 error(s), 0 warning(s)" in capsys.readouterr().out
+    write(tree.proc / "modules", "nouveau 1 0 - Live 0x0\n")
+    assert cli_main(args) == 1
+    text = capsys.readouterr().out
+    assert "ERROR   nouveau, the open-source driver" in text and "fix:" in text and "seen:" in text
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert document["counts"]["error"] == 1 and document["findings"][0]["id"] == "nouveau-loaded"
+    assert os.path.basename(document["env_file"]) == os.path.basename(ENV_FILE)
+
+
+def test_role_interface_inline_expectations_and_json_line(
+    tree: Tree, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """What roles/verify tasks/doctor.yml runs: `python3 doctor.py --json-line --expect-json '<json>'`."""
+    write(tree.proc / "modules", "nouveau 1 0 - Live 0x0\n")
+    args = ["--json-line", "--expect-json", json.dumps(tree.expect), "--root", str(tree.root)]
+    args += ["--proc", str(tree.proc), "--sys", str(tree.sys)]
+    assert doctor.main(args) == 1
+    lines = capsys.readouterr().out.splitlines()
+    marked = [line for line in lines if line.startswith(doctor.JSON_LINE + " ")]
+    assert len(marked) == 1 and lines[-1] == marked[0]
+    document = json.loads(marked[0][len(doctor.JSON_LINE) + 1 :])
+    assert document["expect"]["stack"] == "ms1.5-cuda11.1" and document["env_file"] == ENV_FILE
+    assert [f["id"] for f in document["findings"] if f["severity"] == "error"] == ["nouveau-loaded"]
+    assert lines[0].startswith("doctor: gpu1 (stack ms1.5-cuda11.1): 1 error(s)")

@@ -1,0 +1,1165 @@
+"""The doctor: read a host's state and explain, in plain words, what keeps MindSpore off its GPUs.
+
+Every rule reads real state (files under /, /proc and /sys, the env file's shell, the venv's
+installed distributions, the ELF header of MindSpore's extension) and returns findings, each with
+an id, a severity (error, warning, info), a title, the evidence (what was read, where) and the fix
+(plain words plus the exact command or variable). Standard library only, Python 3.8.
+
+The roots are parameters so that facts a container cannot have (a loaded nouveau or NVIDIA module,
+Secure Boot's EFI variable, GPUs) can be given as a substituted file tree in tests; by default they
+are the real /, /proc and /sys. What the stack expects (catalog values resolved by the `stack` role)
+comes from ``--expect FILE`` (JSON, written by roles/verify tasks/doctor.yml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+SEVERITIES = ("error", "warning", "info")
+JSON_LINE = "@@MSGPU_DOCTOR_JSON@@"
+SECURE_BOOT_VAR = "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+MODULE_SIGNATURE_MAGIC = b"~Module signature appended~\n"
+MULTIARCH_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+MINDSPORE_DISTRIBUTIONS = ("mindspore", "mindspore-gpu", "mindspore-cpu", "mindspore-ascend", "mindspore-dev")
+# Where DKMS, the runfile and distribution kernels put the NVIDIA module below /lib/modules/<kernel>.
+MODULE_SUBDIRS = ("updates/dkms", "updates", "extra", "kernel/drivers/video", "kernel/drivers/char/drm", "misc")
+
+
+@dataclass
+class Finding:
+    id: str
+    severity: str
+    title: str
+    evidence: List[str]
+    fix: str
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "title": self.title,
+            "evidence": self.evidence,
+            "fix": self.fix,
+        }
+
+
+@dataclass
+class Host:
+    """Where the doctor reads from, and what the stack expects (empty when no --expect was given)."""
+
+    root: Path = Path("/")
+    proc: Path = Path("/proc")
+    sys: Path = Path("/sys")
+    expect: Dict[str, Any] = field(default_factory=dict)
+    env_file: str = ""
+    kernel: str = ""
+    environ: Dict[str, str] = field(default_factory=dict)
+    device_id: Optional[int] = None
+    cache: Dict[str, Any] = field(default_factory=dict)
+
+    def path(self, absolute: str) -> Path:
+        return self.root / absolute.lstrip("/")
+
+    def shown(self, path: Path) -> str:
+        """A path as the evidence shows it: absolute on the host when the root is substituted."""
+        try:
+            return "/" + str(path.relative_to(self.root)) if self.root != Path("/") else str(path)
+        except ValueError:
+            return str(path)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def read_text(path: Path) -> Optional[str]:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def version_key(version: str) -> Tuple[int, ...]:
+    """Numeric parts of a version, '470.82.01' -> (470, 82, 1); text after the digits is ignored."""
+    parts: List[int] = []
+    for part in re.split(r"[.+-]", str(version)):
+        digits = re.match(r"\d+", part)
+        if not digits:
+            break
+        parts.append(int(digits.group(0)))
+    return tuple(parts)
+
+
+def _compare(left: Tuple[int, ...], right: Tuple[int, ...]) -> int:
+    width = max(len(left), len(right))
+    a = left + (0,) * (width - len(left))
+    b = right + (0,) * (width - len(right))
+    return (a > b) - (a < b)
+
+
+def satisfies(version: str, specifier: str) -> bool:
+    """``specifier`` like '<1.24' or '>=1.17,<1.24' (PEP 440 operators without pre-release subtleties)."""
+    for clause in filter(None, (c.strip() for c in specifier.split(","))):
+        match = re.match(r"(===|==|!=|<=|>=|~=|<|>)\s*(.+)", clause)
+        if not match:
+            continue
+        op, wanted = match.groups()
+        if op in ("==", "===", "!=") and wanted.endswith(".*"):
+            same = version_key(version)[: len(version_key(wanted[:-2]))] == version_key(wanted[:-2])
+            if same != (op != "!="):
+                return False
+            continue
+        cmp = _compare(version_key(version), version_key(wanted))
+        if op == "~=":
+            prefix = version_key(wanted)[:-1]
+            ok = cmp >= 0 and version_key(version)[: len(prefix)] == prefix
+        else:
+            ok = {"<": cmp < 0, "<=": cmp <= 0, ">": cmp > 0, ">=": cmp >= 0, "==": cmp == 0, "===": cmp == 0}.get(
+                op, cmp != 0
+            )
+        if not ok:
+            return False
+    return True
+
+
+def split_requirement(requirement: str) -> Tuple[str, str]:
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*)", requirement)
+    if not match:
+        return requirement.strip(), ""
+    return normalize(match.group(1)), match.group(2).split(";")[0].strip()
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def shell_environment(env_file: str, timeout_s: float = 20.0) -> Tuple[Optional[Dict[str, str]], str]:
+    """The environment a clean login-less bash has after sourcing ``env_file``, and what it printed."""
+    clean = {
+        "HOME": os.environ.get("HOME", "/root"),
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    }
+    try:
+        proc = subprocess.run(
+            ["bash", "-c", '. "$1" 1>&2; env -0', "msgpu-doctor", env_file],
+            env=clean,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    env: Dict[str, str] = {}
+    for item in proc.stdout.split(b"\0"):
+        key, sep, value = item.decode("utf-8", "replace").partition("=")
+        if sep:
+            env[key] = value
+    return env, proc.stderr.decode("utf-8", "replace").strip()
+
+
+# ------------------------------------------------------------------------------------------------ ELF
+
+
+def elf_dynamic(path: Path) -> Dict[str, List[str]]:
+    """DT_NEEDED, DT_RPATH and DT_RUNPATH of a 64-bit little-endian ELF file ({} when unreadable)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return {}
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return {}
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    loads: List[Tuple[int, int, int]] = []
+    dynamic: Optional[Tuple[int, int]] = None
+    for index in range(phnum):
+        p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from(
+            "<IIQQQQ", data, phoff + index * phentsize
+        )
+        if p_type == 1:
+            loads.append((p_vaddr, p_offset, p_filesz))
+        elif p_type == 2:
+            dynamic = (p_offset, p_filesz)
+    if dynamic is None:
+        return {}
+    entries: List[Tuple[int, int]] = []
+    for offset in range(dynamic[0], dynamic[0] + dynamic[1], 16):
+        tag, value = struct.unpack_from("<qQ", data, offset)
+        if tag == 0:
+            break
+        entries.append((tag, value))
+    strtab_vaddr = next((v for t, v in entries if t == 5), None)
+    if strtab_vaddr is None:
+        return {}
+    strtab = next((o + strtab_vaddr - va for va, o, size in loads if va <= strtab_vaddr < va + size), None)
+    if strtab is None:
+        return {}
+
+    def string(offset: int) -> str:
+        start = strtab + offset
+        return data[start : data.index(b"\0", start)].decode("utf-8", "replace")
+
+    names = {1: "needed", 15: "rpath", 29: "runpath"}
+    found: Dict[str, List[str]] = {"needed": [], "rpath": [], "runpath": []}
+    for tag, value in entries:
+        if tag in names:
+            found[names[tag]].append(string(value))
+    return found
+
+
+# ----------------------------------------------------------------------------------------------- facts
+
+
+def loaded_modules(host: Host) -> Optional[Dict[str, str]]:
+    text = read_text(host.proc / "modules")
+    if text is None:
+        return None
+    return {line.split()[0]: line for line in text.splitlines() if line.strip()}
+
+
+def running_kernel(host: Host) -> str:
+    if host.kernel:
+        return host.kernel
+    text = read_text(host.proc / "sys/kernel/osrelease")
+    return text.strip() if text else os.uname().release
+
+
+def loaded_driver_version(host: Host) -> Tuple[Optional[str], str]:
+    version = read_text(host.sys / "module/nvidia/version")
+    if version and version.strip():
+        return version.strip(), str(host.sys / "module/nvidia/version")
+    text = read_text(host.proc / "driver/nvidia/version") or ""
+    match = re.search(r"Kernel Module\s+(\d+\.\d+(?:\.\d+)?)", text)
+    if match:
+        return match.group(1), str(host.proc / "driver/nvidia/version")
+    return None, ""
+
+
+def gpu_count(host: Host) -> Tuple[Optional[int], str]:
+    gpus = host.proc / "driver/nvidia/gpus"
+    if gpus.is_dir():
+        return len([p for p in gpus.iterdir() if p.is_dir()]), str(gpus)
+    devices = [p for p in host.path("/dev").glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)]
+    if devices:
+        return len(devices), host.shown(host.path("/dev")) + "/nvidia<N>"
+    return None, ""
+
+
+def ld_cache(host: Host) -> Dict[str, str]:
+    """soname -> path from `ldconfig -p` (the real cache) or, under a substituted root, ld.so.conf's dirs."""
+    if "ld_cache" in host.cache:
+        return host.cache["ld_cache"]
+    found: Dict[str, str] = {}
+    if host.root == Path("/"):
+        for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
+            if os.access(ldconfig, os.X_OK):
+                try:
+                    out = subprocess.run(
+                        [ldconfig, "-p"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20, check=False
+                    ).stdout.decode("utf-8", "replace")
+                except (OSError, subprocess.TimeoutExpired):
+                    continue
+                for line in out.splitlines():
+                    match = re.match(r"\s*(\S+) \((libc6,x86-64[^)]*)\) => (\S+)", line)
+                    if match and match.group(1) not in found:
+                        found[match.group(1)] = match.group(3)
+                break
+    else:
+        for folder in ld_conf_dirs(host):
+            for entry in sorted(host.path(folder).glob("*.so*")):
+                found.setdefault(entry.name, folder.rstrip("/") + "/" + entry.name)
+    host.cache["ld_cache"] = found
+    return found
+
+
+def ld_conf_dirs(host: Host) -> List[str]:
+    dirs: List[str] = []
+
+    def parse(path: Path, depth: int = 0) -> None:
+        for line in (read_text(path) or "").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line.startswith("include "):
+                pattern = line.split(None, 1)[1]
+                for inc in sorted(glob.glob(str(host.path(pattern)))):
+                    if depth < 4:
+                        parse(Path(inc), depth + 1)
+            elif line:
+                dirs.append(line)
+
+    parse(host.path("/etc/ld.so.conf"))
+    return dirs
+
+
+def installed_distributions(site_dirs: Sequence[Path]) -> Dict[str, List[Tuple[str, str]]]:
+    """normalized name -> [(version, metadata folder)] for every *.dist-info / *.egg-info found."""
+    found: Dict[str, List[Tuple[str, str]]] = {}
+    for site in site_dirs:
+        for meta in sorted(list(site.glob("*.dist-info")) + list(site.glob("*.egg-info"))):
+            text = read_text(meta / "METADATA") or read_text(meta / "PKG-INFO") or ""
+            name = re.search(r"^Name:\s*(\S+)", text, re.MULTILINE)
+            version = re.search(r"^Version:\s*(\S+)", text, re.MULTILINE)
+            if name and version:
+                found.setdefault(normalize(name.group(1)), []).append((version.group(1), str(meta)))
+    return found
+
+
+def mpi_ranks(host: Host) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """Processes that are MPI ranks (OpenMPI or PMIx environment), with the GPUs they could use, and the
+    processes whose environment this user may not read (another user's, without root's ptrace right)."""
+    ranks: List[Dict[str, Any]] = []
+    unreadable: List[str] = []
+    try:
+        pids = [p for p in os.listdir(host.proc) if p.isdigit()]
+    except OSError:
+        return ranks, unreadable
+    for pid in pids:
+        try:
+            raw: Optional[bytes] = (host.proc / pid / "environ").read_bytes()
+        except PermissionError:
+            unreadable.append(pid)
+            continue
+        except OSError:
+            continue
+        if not raw or (b"OMPI_COMM_WORLD_RANK=" not in raw and b"PMIX_RANK=" not in raw):
+            continue
+        env = dict(item.decode("utf-8", "replace").partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
+        rank = env.get("OMPI_COMM_WORLD_RANK") or env.get("PMIX_RANK")
+        job = env.get("PMIX_NAMESPACE") or env.get("OMPI_MCA_ess_base_jobid") or env.get("OMPI_MCA_orte_ess_jobid", "?")
+        opened: List[str] = []
+        try:
+            for fd in os.listdir(host.proc / pid / "fd"):
+                target = os.readlink(str(host.proc / pid / "fd" / fd))
+                if re.fullmatch(r"/dev/nvidia\d+", target):
+                    opened.append(target)
+        except OSError:
+            pass
+        cmdline = (_read_bytes(host.proc / pid / "cmdline") or b"").replace(b"\0", b" ").decode("utf-8", "replace")
+        ranks.append(
+            {
+                "pid": int(pid),
+                "job": job,
+                "rank": rank,
+                "local_rank": env.get("OMPI_COMM_WORLD_LOCAL_RANK"),
+                "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+                "device_id": env.get("DEVICE_ID"),
+                "opened": sorted(set(opened)),
+                "cmdline": cmdline.strip()[:200],
+            }
+        )
+    return ranks, unreadable
+
+
+def _read_bytes(path: Path) -> Optional[bytes]:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+# ----------------------------------------------------------------------------------------------- rules
+
+Rule = Callable[[Host], List[Finding]]
+
+
+def rule_nouveau(host: Host) -> List[Finding]:
+    findings: List[Finding] = []
+    modules = loaded_modules(host)
+    if modules is None:
+        findings.append(
+            Finding(
+                "kernel-modules-unreadable",
+                "info",
+                "The loaded kernel modules cannot be read",
+                [f"{host.proc / 'modules'} is missing (a container or a restricted /proc)"],
+                "Run the doctor on the host itself (not in a container) to check nouveau and the NVIDIA module.",
+            )
+        )
+    elif "nouveau" in modules:
+        findings.append(
+            Finding(
+                "nouveau-loaded",
+                "error",
+                "nouveau, the open-source driver, holds the GPUs, so the NVIDIA driver cannot load",
+                [f"{host.proc / 'modules'}: {modules['nouveau'].strip()}"],
+                "Blacklist nouveau (nvidia_driver_blacklist_nouveau: true, then `./toolkit provision`, which writes "
+                "/etc/modprobe.d/blacklist-nouveau.conf), then `sudo update-initramfs -u` and reboot.",
+            )
+        )
+    blacklisted = []
+    for folder in ("/etc/modprobe.d", "/lib/modprobe.d", "/usr/lib/modprobe.d"):
+        for conf in sorted(host.path(folder).glob("*.conf")):
+            if re.search(r"^\s*blacklist\s+nouveau\s*$", read_text(conf) or "", re.MULTILINE):
+                blacklisted.append(host.shown(conf))
+    if not blacklisted:
+        findings.append(
+            Finding(
+                "nouveau-not-blacklisted",
+                "warning",
+                "nouveau is not blacklisted: after the next reboot it may claim the GPUs before the NVIDIA driver",
+                ["no `blacklist nouveau` line in /etc/modprobe.d/*.conf, /lib/modprobe.d/*.conf"],
+                "Set nvidia_driver_blacklist_nouveau: true (the default) and run `./toolkit provision`; it writes "
+                "/etc/modprobe.d/blacklist-nouveau.conf and updates the initramfs.",
+            )
+        )
+    return findings
+
+
+def _module_files(host: Host, kernel: str, module: str) -> List[Path]:
+    base = host.path(f"/lib/modules/{kernel}")
+    files: List[Path] = []
+    for sub in MODULE_SUBDIRS:
+        files.extend(sorted((base / sub).glob(f"{module}.ko*")))
+    return files
+
+
+def rule_dkms(host: Host) -> List[Finding]:
+    module = str((host.expect.get("driver") or {}).get("dkms_module") or "nvidia")
+    findings: List[Finding] = []
+    modules_root = host.path("/lib/modules")
+    kernels = sorted(p.name for p in modules_root.iterdir() if p.is_dir()) if modules_root.is_dir() else []
+    dkms_built = sorted(glob.glob(str(host.path(f"/var/lib/dkms/{module}/*/*/*/module/{module}.ko*"))))
+    registered = sorted(p.name for p in host.path(f"/var/lib/dkms/{module}").glob("*") if re.match(r"\d", p.name))
+    missing = []
+    for kernel in kernels:
+        has_headers = (modules_root / kernel / "build" / "Makefile").exists()
+        if has_headers and not _module_files(host, kernel, module):
+            built = [b for b in dkms_built if f"/{kernel}/" in b]
+            missing.append((kernel, built))
+    for kernel, built in missing:
+        state = (
+            f"DKMS built it ({host.shown(Path(built[0]))}) but it is not installed"
+            if built
+            else f"DKMS has not built it (registered: {', '.join(registered) or 'no version of ' + module})"
+        )
+        findings.append(
+            Finding(
+                "dkms-module-missing",
+                "error",
+                f"Kernel {kernel} has headers but no {module} module: booting it leaves the GPUs without a driver",
+                [
+                    f"{host.shown(modules_root / kernel / 'build/Makefile')} exists",
+                    f"no {module}.ko in {host.shown(modules_root / kernel)}/{{{','.join(MODULE_SUBDIRS)}}}",
+                    state,
+                ],
+                f"Build it: `sudo dkms autoinstall -k {kernel}` (or `./toolkit provision`, whose nvidia_driver role "
+                f"builds the module for every kernel with headers). If the build fails, read "
+                f"/var/lib/dkms/{module}/*/build/make.log: a kernel newer than the driver branch supports needs a "
+                "newer "
+                "stack_driver_branch.",
+            )
+        )
+    running = running_kernel(host)
+    if running in kernels:
+        if not _module_files(host, running, module) and running not in [k for k, _ in missing]:
+            findings.append(
+                Finding(
+                    "driver-module-missing-running-kernel",
+                    "error",
+                    f"The running kernel {running} has no {module} module",
+                    [f"no {module}.ko in {host.shown(modules_root / running)} and no headers to build one"],
+                    f"Install the headers and build it: `sudo apt-get install linux-headers-{running}` then "
+                    f"`sudo dkms autoinstall -k {running}` (or `./toolkit provision`).",
+                )
+            )
+    elif kernels or registered:
+        findings.append(
+            Finding(
+                "running-kernel-not-installed",
+                "info",
+                f"The running kernel {running} has no /lib/modules folder here (a container shares its host's kernel)",
+                [f"{host.shown(modules_root)} holds: {', '.join(kernels) or 'nothing'}"],
+                "Nothing to do in a container; on a real host, reboot into an installed kernel.",
+            )
+        )
+    return findings
+
+
+def _secure_boot(host: Host) -> Tuple[Optional[bool], str]:
+    path = host.sys / SECURE_BOOT_VAR
+    data = _read_bytes(path)
+    if data is None or len(data) < 5:
+        return None, str(path)
+    return data[4] == 1, str(path)
+
+
+def module_signed(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(-len(MODULE_SIGNATURE_MAGIC), os.SEEK_END)
+            return handle.read() == MODULE_SIGNATURE_MAGIC
+    except OSError:
+        return False
+
+
+def rule_secure_boot(host: Host) -> List[Finding]:
+    enabled, where = _secure_boot(host)
+    if enabled is None:
+        return [
+            Finding(
+                "secure-boot-unknown",
+                "info",
+                "Secure Boot state cannot be read (no EFI variables: legacy BIOS boot or a container)",
+                [f"{where} is missing"],
+                "Nothing to do unless the host boots with UEFI Secure Boot; then run the doctor on the host itself.",
+            )
+        ]
+    if not enabled:
+        return []
+    module = str((host.expect.get("driver") or {}).get("dkms_module") or "nvidia")
+    running = running_kernel(host)
+    kernels = [running] if host.path(f"/lib/modules/{running}").is_dir() else []
+    if not kernels:
+        kernels = sorted(p.name for p in host.path("/lib/modules").glob("*") if p.is_dir())
+    unsigned = [f for k in kernels for f in _module_files(host, k, module) if not module_signed(f)]
+    if not unsigned:
+        return []
+    return [
+        Finding(
+            "secure-boot-unsigned-module",
+            "error",
+            f"Secure Boot is on and the {module} module is not signed: the kernel refuses to load it",
+            [f"{where}: Secure Boot = 1"] + [f"{host.shown(f)} has no appended module signature" for f in unsigned[:4]],
+            "Sign DKMS modules with a Machine Owner Key: `sudo update-secureboot-policy --new-key` and "
+            f"`sudo update-secureboot-policy --enroll-key`, reboot and enroll it in MokManager, then "
+            f"`sudo dkms autoinstall` (or `./toolkit provision`) so DKMS signs {module}; or turn Secure Boot off in "
+            "the firmware. The preflight (role stack) checks this before installing.",
+        )
+    ]
+
+
+def _library_dirs_version(name: str, paths: Iterable[str]) -> Optional[Tuple[str, str]]:
+    """(version, path) of the first real file behind ``name`` (libcuda.so.1 -> libcuda.so.470.82.01)."""
+    for path in paths:
+        real = os.path.realpath(path)
+        match = re.match(re.escape(name.split(".so")[0]) + r"\.so\.(\d+\.\d+(?:\.\d+)?)$", os.path.basename(real))
+        if match:
+            return match.group(1), real
+    return None
+
+
+def user_space_driver(host: Host, library: str) -> Optional[Tuple[str, str]]:
+    soname = {"libcuda": "libcuda.so.1", "libnvidia-ml": "libnvidia-ml.so.1"}[library]
+    candidates = [str(host.path(d) / soname) for d in MULTIARCH_DIRS]
+    cached = ld_cache(host).get(soname)
+    if cached:
+        candidates.insert(0, str(host.path(cached)) if host.root != Path("/") else cached)
+    existing = [c for c in candidates if os.path.exists(c)]
+    found = _library_dirs_version(library, existing)
+    if found:
+        return found
+    for folder in MULTIARCH_DIRS:
+        for path in sorted(host.path(folder).glob(library + ".so.[0-9]*")):
+            found = _library_dirs_version(library, [str(path)])
+            if found:
+                return found
+    return None
+
+
+def rule_driver(host: Host) -> List[Finding]:
+    findings: List[Finding] = []
+    loaded, loaded_from = loaded_driver_version(host)
+    libcuda = user_space_driver(host, "libcuda")
+    nvml = user_space_driver(host, "libnvidia-ml")
+    no_gpu = bool(host.expect.get("no_gpu"))
+    driver = host.expect.get("driver") or {}
+    minimum = str(host.expect.get("minimum_driver") or driver.get("minimum") or "")
+    cuda = (host.expect.get("cuda") or {}).get("version", "")
+    if loaded is None and not no_gpu:
+        findings.append(
+            Finding(
+                "driver-not-loaded",
+                "error",
+                "The NVIDIA kernel module is not loaded, so no program can reach the GPUs",
+                [
+                    f"{host.sys / 'module/nvidia/version'} and {host.proc / 'driver/nvidia/version'} are missing",
+                    f"user-space driver library: {libcuda[1] if libcuda else 'libcuda.so.1 not found'}",
+                ],
+                "Load it: `sudo modprobe nvidia` (its error names the cause: nouveau, Secure Boot, no module for this "
+                "kernel); after a driver install or upgrade, reboot (nvidia_driver_reboot: true lets "
+                "`./toolkit provision` do it). On a host without GPUs on purpose set stack_no_gpu: true.",
+            )
+        )
+    if libcuda is None:
+        findings.append(
+            Finding(
+                "driver-user-space-missing",
+                "error",
+                "The NVIDIA driver's user-space library libcuda.so.1 is not installed",
+                [f"not in the linker cache nor in {', '.join(MULTIARCH_DIRS[:2])}"],
+                "Install the driver: `./toolkit provision` (role nvidia_driver; stack_driver_method "
+                f"{driver.get('method') or 'distro'}, packages "
+                f"{', '.join(driver.get('packages') or []) or 'libnvidia-compute-<branch>'}).",
+            )
+        )
+    version, source = (loaded, loaded_from) if loaded else (libcuda if libcuda else (None, ""))
+    if version and minimum and version_key(version) < version_key(minimum):
+        findings.append(
+            Finding(
+                "driver-too-old",
+                "error",
+                f"Driver {version} is older than {minimum}, the minimum CUDA {cuda or '(stack)'} needs",
+                [f"{source}: {version}", f"catalog: cuda {cuda} minimum_driver {minimum}"],
+                f"Install a newer branch: set stack_driver_branch to one whose version is >= {minimum} "
+                "(catalog/stacks.yml "
+                f"`driver`; the stack's is {driver.get('branch') or '?'}) and run `./toolkit provision`, then reboot.",
+            )
+        )
+    if loaded and nvml and nvml[0] != loaded:
+        findings.append(
+            Finding(
+                "nvml-mismatch",
+                "error",
+                f"NVML driver/library version mismatch: the loaded module is {loaded}, "
+                f"the user-space library {nvml[0]}",
+                [f"{loaded_from}: {loaded}", f"{nvml[1]}: {nvml[0]}"],
+                "The driver packages were upgraded but the old module is still loaded (nvidia-smi says 'Failed to "
+                "initialize NVML: Driver/library version mismatch'): reboot, or stop every GPU process and "
+                "`sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia`. nvidia_driver_hold: "
+                "true keeps unattended upgrades from doing this again.",
+            )
+        )
+    return findings
+
+
+PROVIDERS: Sequence[Tuple[str, str, str]] = (
+    # (soname prefix, what provides it, the variable that picks how)
+    ("libcuda.so", "the NVIDIA driver (role nvidia_driver, package libnvidia-compute-<branch>)", "stack_driver_method"),
+    ("libnvidia-", "the NVIDIA driver (role nvidia_driver)", "stack_driver_method"),
+    ("libcudnn", "cuDNN (role cuda_library)", "stack_cudnn_method"),
+    ("libnccl", "NCCL (role cuda_library)", "stack_nccl_method"),
+    ("libnvinfer", "TensorRT (role cuda_library)", "stack_tensorrt_method"),
+    ("libmpi", "OpenMPI (role openmpi, Ubuntu package libopenmpi3)", "stack_openmpi_version"),
+    ("lib", "the CUDA toolkit (role cuda) in its lib64", "stack_cuda_method"),
+)
+
+
+def provider(host: Host, library: str) -> Tuple[str, str]:
+    for prefix, who, variable in PROVIDERS:
+        if library.startswith(prefix):
+            component = variable.replace("stack_", "").replace("_method", "").replace("_version", "")
+            method = (host.expect.get(component) or {}).get("method") if component != "openmpi" else None
+            return who, f"{variable}={method}" if method else variable
+    return "the stack", "stack_name"
+
+
+def mindspore_extension(host: Host, env: Dict[str, str]) -> Optional[Path]:
+    venv = env.get("VIRTUAL_ENV") or (host.expect.get("mindspore") or {}).get("venv") or ""
+    if not venv:
+        return None
+    matches = sorted(glob.glob(str(host.path(venv)) + "/lib/python*/site-packages/mindspore/_c_expression*.so"))
+    return Path(matches[0]) if matches else None
+
+
+def library_search(host: Host, library: str, rpath: List[str], ld_library_path: List[str]) -> List[Tuple[str, str]]:
+    """Where the dynamic linker would look for ``library``, in its order: [(how, path)] of existing files."""
+    hits: List[Tuple[str, str]] = []
+    for how, dirs in (("RPATH", rpath), ("LD_LIBRARY_PATH", ld_library_path)):
+        for folder in dirs:
+            if folder and (host.path(folder) / library).exists():
+                hits.append((how, folder.rstrip("/") + "/" + library))
+    cached = ld_cache(host).get(library)
+    if cached:
+        hits.append(("ld.so.cache", cached))
+    for folder in MULTIARCH_DIRS:
+        if (host.path(folder) / library).exists():
+            hits.append(("default path", folder + "/" + library))
+    return hits
+
+
+def _rpath_dirs(host: Host, extension: Optional[Path]) -> Tuple[List[str], List[str]]:
+    if extension is None:
+        return [], []
+    dynamic = elf_dynamic(extension)
+    origin = host.shown(extension.parent)
+    expand: Callable[[str], List[str]] = lambda value: [  # noqa: E731
+        d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin) for d in value.split(":") if d
+    ]
+    # DT_RUNPATH (when present) makes the loader ignore DT_RPATH and come after LD_LIBRARY_PATH.
+    if dynamic.get("runpath"):
+        return [], [d for v in dynamic["runpath"] for d in expand(v)]
+    return [d for v in dynamic.get("rpath", []) for d in expand(v)], []
+
+
+def rule_libraries(host: Host, env: Dict[str, str]) -> List[Finding]:
+    ms = host.expect.get("mindspore") or {}
+    required = list(ms.get("libraries_required") or [])
+    optional = list(ms.get("libraries_optional") or [])
+    if not required and not optional:
+        return []
+    extension = mindspore_extension(host, env)
+    rpath, runpath = _rpath_dirs(host, extension)
+    ld_path = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d] + runpath
+    findings: List[Finding] = []
+    found_table: List[str] = []
+    # Besides the catalog's list, every library the extension itself links (DT_NEEDED): the import
+    # fails on any of them (libcurand.so.10, libcufft.so.10, ...). Only missing ones are reported.
+    linked = [n for n in (elf_dynamic(extension).get("needed", []) if extension else []) if n not in required]
+    checks = [(lib, "error", True) for lib in required] + [(lib, "warning", True) for lib in optional]
+    checks += [(lib, "error", False) for lib in linked if lib not in optional]
+    for library, severity, listed in checks:
+        hits = library_search(host, library, rpath, ld_path)
+        who, variable = provider(host, library)
+        if hits:
+            if listed:
+                how, path = hits[0]
+                found_table.append(f"{library} -> {os.path.realpath(str(host.path(path)))} ({how})")
+            continue
+        need = "MindSpore cannot import without it" if severity == "error" else "some features need it"
+        if not listed:
+            need += "; MindSpore's extension links it (DT_NEEDED)"
+        findings.append(
+            Finding(
+                f"library-missing:{library}",
+                severity,
+                f"{library} is not found by the dynamic linker ({need})",
+                [
+                    "searched RPATH of "
+                    f"{host.shown(extension) if extension else 'the MindSpore extension (not found)'}: "
+                    f"{':'.join(rpath) or '-'}",
+                    f"LD_LIBRARY_PATH of {host.env_file or 'the environment'}: {':'.join(ld_path) or '-'}",
+                    "ld.so.cache and " + ", ".join(MULTIARCH_DIRS[:2]),
+                ],
+                f"It comes from {who}; {variable} chooses how it is installed. Run `./toolkit provision` "
+                f"(or the role's playbook) to reinstall it, and source {host.env_file or 'the stack env file'}; "
+                f"`ldconfig -p | grep {library.split('.so')[0]}` shows copies elsewhere.",
+            )
+        )
+    if found_table:
+        where = host.shown(extension) if extension else "the MindSpore extension (not found)"
+        found_table.insert(0, f"search order: DT_RPATH of {where}: {':'.join(rpath) or '-'}; then LD_LIBRARY_PATH")
+        findings.append(
+            Finding(
+                "libraries-found",
+                "info",
+                f"{len(found_table) - 1} of the wheel's {len(required) + len(optional)} catalog libraries resolve "
+                f"(and {len([lib for lib in linked if lib not in optional])} more the extension links were checked)",
+                found_table,
+                "Nothing to do.",
+            )
+        )
+    findings.extend(rule_rpath_shadow(host, extension, rpath, ld_path, required + optional))
+    return findings
+
+
+def rule_rpath_shadow(
+    host: Host, extension: Optional[Path], rpath: List[str], ld_path: List[str], libraries: List[str]
+) -> List[Finding]:
+    shadowed: List[str] = []
+    for library in libraries:
+        from_rpath = [p for how, p in library_search(host, library, rpath, []) if how == "RPATH"]
+        from_env = [p for how, p in library_search(host, library, [], ld_path) if how == "LD_LIBRARY_PATH"]
+        if from_rpath and from_env:
+            wins = os.path.realpath(str(host.path(from_rpath[0])))
+            wanted = os.path.realpath(str(host.path(from_env[0])))
+            if wins != wanted:
+                shadowed.append(f"{library}: RPATH gives {wins}, LD_LIBRARY_PATH wanted {wanted}")
+    if not shadowed:
+        return []
+    return [
+        Finding(
+            "rpath-shadows-ld-library-path",
+            "error",
+            "MindSpore's RPATH loads other CUDA libraries than LD_LIBRARY_PATH names",
+            [
+                f"{host.shown(extension) if extension else '?'} DT_RPATH: {':'.join(rpath)} "
+                "(searched before LD_LIBRARY_PATH)",
+                *shadowed,
+            ],
+            "The wheel's RPATH prefers /usr/local/cuda*/lib64, so what that folder holds wins over the env file. "
+            "Point it at the stack's toolkit (`sudo ln -sfn <stack_install_prefix>/cuda-"
+            f"{(host.expect.get('cuda') or {}).get('version', '<ver>')} /usr/local/cuda`, which the cuda role "
+            "manages) or remove the other copies from that folder; then run the doctor again.",
+        )
+    ]
+
+
+def rule_env(host: Host, env: Optional[Dict[str, str]], stderr: str) -> List[Finding]:
+    if not host.env_file:
+        return []
+    if env is None or not host.path(host.env_file).is_file():
+        return [
+            Finding(
+                "env-file-missing",
+                "error",
+                f"The stack's env file {host.env_file} is missing or cannot be sourced",
+                [f"{host.env_file}: {'missing' if not host.path(host.env_file).is_file() else stderr}"],
+                "Run `./toolkit provision` (role mindspore writes it, role cuda the CUDA one it sources).",
+            )
+        ]
+    findings: List[Finding] = []
+    cuda = host.expect.get("cuda") or {}
+    home_expected = cuda.get("home", "")
+    home = env.get("CUDA_HOME", "")
+    shown_stderr = [f"it printed: {stderr[:300]}"] if stderr else []
+    if not home:
+        findings.append(
+            Finding(
+                "cuda-home-unset",
+                "error",
+                f"CUDA_HOME is not set in the shell of {host.env_file}",
+                [f"`. {host.env_file}; echo $CUDA_HOME` is empty", *shown_stderr],
+                f"The env file sources {cuda.get('env_file') or '/etc/msgpu/env/cuda-<ver>.sh'}, which exports "
+                f"CUDA_HOME={home_expected or '<prefix>/cuda-<ver>'}; run `./toolkit provision` "
+                "(role cuda rewrites it).",
+            )
+        )
+    elif home_expected and os.path.normpath(home) != os.path.normpath(home_expected):
+        findings.append(
+            Finding(
+                "cuda-home-wrong",
+                "error",
+                f"CUDA_HOME is {home}, not the stack's toolkit {home_expected}",
+                [f"`. {host.env_file}; echo $CUDA_HOME` = {home}"],
+                f"Source only {host.env_file} (it switches toolkits), or fix mindspore_cuda_prefix; "
+                "`./toolkit provision` rewrites the env files.",
+            )
+        )
+    path_dirs = [d for d in env.get("PATH", "").split(":") if d]
+    nvcc = next((d for d in path_dirs if (host.path(d) / "nvcc").exists()), None)
+    if nvcc is None:
+        findings.append(
+            Finding(
+                "cuda-not-on-path",
+                "error",
+                f"CUDA (nvcc) is not on PATH in the shell of {host.env_file}",
+                [
+                    f"PATH={env.get('PATH', '')}",
+                    f"no nvcc in any of those folders{' (' + home + '/bin)' if home else ''}",
+                    *shown_stderr,
+                ],
+                f"The CUDA env file puts {home_expected or '$CUDA_HOME'}/bin on PATH; run `./toolkit provision` "
+                "(role cuda) and source the env file.",
+            )
+        )
+    lib64 = (home_expected or home).rstrip("/") + "/lib64"
+    if (home_expected or home) and lib64 not in env.get("LD_LIBRARY_PATH", "").split(":"):
+        findings.append(
+            Finding(
+                "ld-library-path-missing-cuda",
+                "warning",
+                f"LD_LIBRARY_PATH does not hold {lib64}",
+                [f"LD_LIBRARY_PATH={env.get('LD_LIBRARY_PATH', '')}"],
+                f"Source {host.env_file}; `./toolkit provision` rewrites it.",
+            )
+        )
+    return findings
+
+
+def rule_python_packages(host: Host, env: Dict[str, str]) -> List[Finding]:
+    ms = host.expect.get("mindspore") or {}
+    venv = env.get("VIRTUAL_ENV") or ms.get("venv") or ""
+    if not venv:
+        return []
+    sites = [Path(p) for p in sorted(glob.glob(str(host.path(venv)) + "/lib/python*/site-packages"))]
+    if not sites:
+        return [
+            Finding(
+                "venv-missing",
+                "error",
+                f"The MindSpore virtualenv {venv} has no site-packages",
+                [f"{venv}/lib/python*/site-packages: not found"],
+                "Run `./toolkit provision` (role mindspore builds the virtualenv).",
+            )
+        ]
+    dists = installed_distributions(sites)
+    findings: List[Finding] = []
+    for pin in ms.get("pins") or []:
+        name, spec = split_requirement(pin)
+        for version, where in dists.get(name, []):
+            if not satisfies(version, spec):
+                findings.append(
+                    Finding(
+                        f"pin-violated:{name}",
+                        "error",
+                        f"{name} {version} is installed, but {ms.get('package', 'MindSpore')} "
+                        f"{ms.get('version', '')} needs {pin}",
+                        [f"{host.shown(Path(where))}: {name} {version}", f"catalog pin: {pin}"],
+                        f"Reinstall within the pin: `{venv}/bin/pip install -c {venv}/msgpu-constraints.txt "
+                        f"'{pin}'` (the env file exports PIP_CONSTRAINT so later installs keep it), or rerun "
+                        "`./toolkit provision`.",
+                    )
+                )
+    products = [(n, v, w) for n in MINDSPORE_DISTRIBUTIONS for v, w in dists.get(n, [])]
+    if len(products) > 1:
+        findings.append(
+            Finding(
+                "mindspore-packages-conflict",
+                "error",
+                "More than one MindSpore package is installed; they overwrite each other's `mindspore` folder",
+                [f"{host.shown(Path(w))}: {n} {v}" for n, v, w in products],
+                f"Keep only {ms.get('package', 'the stack package')}: `{venv}/bin/pip uninstall -y "
+                + " ".join(n for n, _, _ in products)
+                + "`, then `./toolkit provision` to reinstall the stack's wheel.",
+            )
+        )
+    elif not products and ms.get("package"):
+        findings.append(
+            Finding(
+                "mindspore-not-installed",
+                "error",
+                f"{ms['package']} is not installed in {venv}",
+                [f"no mindspore*.dist-info in {', '.join(host.shown(s) for s in sites)}"],
+                "Run `./toolkit provision` (role mindspore).",
+            )
+        )
+    return findings
+
+
+def _visible(value: Optional[str]) -> Optional[List[str]]:
+    if value is None:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def rule_devices(host: Host, env: Dict[str, str]) -> List[Finding]:
+    findings: List[Finding] = []
+    value = host.environ.get("CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"))
+    device_id = host.device_id
+    if device_id is None and (host.environ.get("DEVICE_ID") or "").strip().isdigit():
+        device_id = int(host.environ["DEVICE_ID"])
+    count, count_from = gpu_count(host)
+    visible = _visible(value)
+    evidence = [f"CUDA_VISIBLE_DEVICES={value!r}" if value is not None else "CUDA_VISIBLE_DEVICES unset"]
+    if device_id is not None:
+        evidence.append(f"device_id {device_id} (DEVICE_ID / --device-id)")
+    if count is not None:
+        evidence.append(f"{count} GPU(s) in {count_from}")
+    if visible is not None and (not visible or visible[0] in ("-1", "NoDevFiles")):
+        if not host.expect.get("no_gpu"):
+            findings.append(
+                Finding(
+                    "cuda-visible-devices-empty",
+                    "error",
+                    "CUDA_VISIBLE_DEVICES hides every GPU",
+                    evidence,
+                    "Unset CUDA_VISIBLE_DEVICES or list the GPUs to use (e.g. `export CUDA_VISIBLE_DEVICES=0,1`).",
+                )
+            )
+        return findings
+    if visible and count:
+        wrong = [v for v in visible if v.isdigit() and int(v) >= count]
+        if wrong:
+            findings.append(
+                Finding(
+                    "cuda-visible-devices-out-of-range",
+                    "error",
+                    f"CUDA_VISIBLE_DEVICES names GPU {', '.join(wrong)}, but the host has {count}",
+                    evidence,
+                    f"Use indices 0..{count - 1} (`nvidia-smi -L` lists them).",
+                )
+            )
+    available = len(visible) if visible is not None else count
+    if device_id is not None and available is not None and device_id >= available:
+        findings.append(
+            Finding(
+                "device-id-not-visible",
+                "error",
+                f"device_id {device_id} is not among the {available} GPU(s) this process can see",
+                evidence,
+                "MindSpore's device_id counts inside CUDA_VISIBLE_DEVICES: with CUDA_VISIBLE_DEVICES="
+                f"{value or '<list>'} use device_id 0..{max(available - 1, 0)} "
+                "(`context.set_context(device_id=...)` or DEVICE_ID), or widen CUDA_VISIBLE_DEVICES.",
+            )
+        )
+    return findings
+
+
+def _effective_gpu(rank: Dict[str, Any]) -> Optional[str]:
+    if rank["opened"]:
+        return ",".join(rank["opened"])
+    visible = _visible(rank["cuda_visible_devices"])
+    device = rank["device_id"]
+    if visible is None or not visible:
+        return None  # the program may pick its GPU itself (set_context(device_id=local rank)): cannot tell
+    index = int(device) if device is not None and str(device).isdigit() else 0
+    if len(visible) == 1 or device is not None:
+        return visible[index] if index < len(visible) else None
+    return None
+
+
+def rule_mpi(host: Host) -> List[Finding]:
+    ranks, unreadable = mpi_ranks(host)
+    by_job: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for rank in ranks:
+        by_job.setdefault(rank["job"], {}).setdefault(str(rank["rank"]), rank)
+    findings: List[Finding] = []
+    for job, members in sorted(by_job.items()):
+        if len(members) < 2:
+            continue
+        gpus = {r: _effective_gpu(m) for r, m in members.items()}
+        known = [g for g in gpus.values() if g is not None]
+        if len(known) == len(members) and len(set(known)) == 1:
+            findings.append(
+                Finding(
+                    "mpi-ranks-one-gpu",
+                    "error",
+                    f"All {len(members)} MPI ranks of job {job} use the same GPU ({known[0]})",
+                    [
+                        "pid {pid} rank {rank}: CUDA_VISIBLE_DEVICES={cuda_visible_devices} DEVICE_ID={device_id} "
+                        "opened {opened} ({cmdline})".format(**m)
+                        for _, m in sorted(members.items())
+                    ],
+                    "Give each rank its own GPU: in the script "
+                    "`context.set_context(device_id=int(os.environ['OMPI_COMM_WORLD_LOCAL_RANK']))` and do not "
+                    "pass one "
+                    "fixed CUDA_VISIBLE_DEVICES/DEVICE_ID to every rank (`mpirun -x CUDA_VISIBLE_DEVICES=0` does).",
+                )
+            )
+    if unreadable:
+        findings.append(
+            Finding(
+                "processes-unreadable",
+                "info",
+                f"The environment of {len(unreadable)} process(es) of other users cannot be read",
+                [f"{host.proc}/<pid>/environ: permission denied for pid {', '.join(sorted(unreadable, key=int)[:10])}"],
+                "Run the doctor as root (`./toolkit doctor` does) to check every MPI rank's GPU binding.",
+            )
+        )
+    return findings
+
+
+# ------------------------------------------------------------------------------------------------- run
+
+RULES = (
+    "nouveau",
+    "dkms",
+    "secure-boot",
+    "driver",
+    "env",
+    "libraries",
+    "python-packages",
+    "devices",
+    "mpi",
+)
+
+
+def diagnose(host: Host) -> Dict[str, Any]:
+    """Run every rule; the JSON document (findings sorted by severity)."""
+    started = time.monotonic()
+    env: Optional[Dict[str, str]] = None
+    stderr = ""
+    if host.env_file:
+        env, stderr = shell_environment(str(host.path(host.env_file)))
+    shell = env or dict(host.environ)
+    findings: List[Finding] = []
+    findings += rule_nouveau(host)
+    findings += rule_dkms(host)
+    findings += rule_secure_boot(host)
+    findings += rule_driver(host)
+    findings += rule_env(host, env, stderr)
+    findings += rule_libraries(host, shell)
+    findings += rule_python_packages(host, shell)
+    findings += rule_devices(host, shell)
+    findings += rule_mpi(host)
+    findings.sort(key=lambda f: SEVERITIES.index(f.severity))
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITIES}
+    return {
+        "host": host.expect.get("host") or socket.gethostname(),
+        "stack": host.expect.get("stack"),
+        "env_file": host.env_file,
+        "kernel": running_kernel(host),
+        "roots": {"root": str(host.root), "proc": str(host.proc), "sys": str(host.sys)},
+        "rules": list(RULES),
+        "counts": counts,
+        "ok": counts["error"] == 0,
+        "findings": [f.as_dict() for f in findings],
+        "elapsed_s": round(time.monotonic() - started, 3),
+        "expect": host.expect,
+    }
+
+
+def render(document: Dict[str, Any]) -> str:
+    """Human output: one summary line, then each finding with its evidence and fix."""
+    counts = document["counts"]
+    lines = [
+        "doctor: {} (stack {}): {} error(s), {} warning(s), {} note(s) in {} s".format(
+            document["host"],
+            document.get("stack") or "?",
+            counts["error"],
+            counts["warning"],
+            counts["info"],
+            document["elapsed_s"],
+        )
+    ]
+    for finding in document["findings"]:
+        lines.append("")
+        lines.append("{:<7} {}  [{}]".format(finding["severity"].upper(), finding["title"], finding["id"]))
+        for item in finding["evidence"]:
+            lines.append("        seen: " + item)
+        lines.append("        fix:  " + finding["fix"])
+    if not counts["error"] and not counts["warning"]:
+        lines.append("")
+        lines.append("No problems found by: " + ", ".join(document["rules"]) + ".")
+    return "\n".join(lines)
+
+
+def host_from_args(args: argparse.Namespace) -> Host:
+    expect: Dict[str, Any] = {}
+    if args.expect:
+        expect = json.loads(Path(args.expect).read_text())
+    if args.expect_json:
+        expect = json.loads(args.expect_json)
+    return Host(
+        root=Path(args.root),
+        proc=Path(args.proc),
+        sys=Path(args.sys),
+        expect=expect,
+        env_file=args.env_file if args.env_file is not None else str(expect.get("env_file") or ""),
+        kernel=args.kernel,
+        environ=dict(os.environ),
+        device_id=args.device_id,
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--expect", help="JSON of what the stack expects (roles/verify tasks/doctor.yml writes it)")
+    parser.add_argument("--env-file", help="the stack's env file (default: the one --expect names)")
+    parser.add_argument("--root", default="/", help="file system root to read (a substituted tree in tests)")
+    parser.add_argument("--proc", default="/proc")
+    parser.add_argument("--sys", default="/sys")
+    parser.add_argument("--kernel", default="", help="running kernel release (default: from --proc)")
+    parser.add_argument("--device-id", type=int, help="MindSpore device_id to check (default: $DEVICE_ID)")
+    parser.add_argument("--expect-json", help="the same JSON as text (the role passes it inline)")
+    parser.add_argument("--json", help="write the JSON document here ('-': print it instead of the text)")
+    parser.add_argument(
+        "--json-line", action="store_true", help=f"after the text, print the JSON on one line after {JSON_LINE!r}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    host = host_from_args(args)
+    document = diagnose(host)
+    if args.json == "-":
+        print(json.dumps(document, indent=2, sort_keys=True))
+    else:
+        if args.json:
+            target = Path(args.json)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        print(render(document))
+        if args.json_line:
+            print(JSON_LINE + " " + json.dumps(document, sort_keys=True))
+    return 0 if document["ok"] else 1
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python3 doctor.py ...``: the file runs alone too (the role copies only this one)."""
+    parser = argparse.ArgumentParser(prog="msgpu doctor", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
