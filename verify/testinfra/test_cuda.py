@@ -1,7 +1,9 @@
 """CUDA toolkits: every toolkit of the stack side by side, each usable through its own env script.
 
 The toolkits come from the host's stack settings (stack_cuda_extra_versions adds some), so they
-are known only once the host is: each test checks every toolkit in a subtest of its own.
+are known only once the host is: each test checks every toolkit in a subtest of its own. How a
+toolkit got there depends on the method (stack_cuda_method): a runfile install carries the role's
+marker file, a cuda_repo install is a package dpkg owns; everything else is common.
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def _in_login_shell(host, script: str):
     return host.run(f"env -i HOME=/root TERM=dumb bash -lc {shlex.quote(script)}")
 
 
-def test_toolkit_tree_carries_the_install_marker(host, install_root, toolkits, subtests):
+def test_toolkit_tree_carries_the_install_marker(host, install_root, toolkits, stack, subtests):
+    if stack["cuda"]["method"] != "runfile":
+        pytest.skip("only runfile installs carry the marker (dpkg records package installs)")
     for toolkit in toolkits:
         with subtests.test(cuda=toolkit["version"]):
             prefix = _prefix(install_root, toolkit)
@@ -67,6 +71,19 @@ def test_toolkit_tree_carries_the_install_marker(host, install_root, toolkits, s
             expected = toolkit["artifact"].get("sha256") or content
             assert SHA256_RE.match(content)
             assert content == expected
+
+
+def test_toolkit_tree_belongs_to_its_package(host, install_root, toolkits, stack, subtests):
+    if stack["cuda"]["method"] != "cuda_repo":
+        pytest.skip("only cuda_repo installs toolkits as packages")
+    for toolkit in toolkits:
+        with subtests.test(cuda=toolkit["version"]):
+            prefix = _prefix(install_root, toolkit)
+            for package in toolkit["artifact"]["packages"]:
+                assert host.package(package).is_installed, package
+            owner = host.check_output(f"dpkg-query --search {shlex.quote(prefix + '/lib64/libcudart.so.11.0')}")
+            assert owner.split(":")[0] in toolkit["artifact"]["packages"]
+            assert not host.file(f"{prefix}/.msgpu-installed").exists
 
 
 def test_version_json_reports_the_full_version(host, install_root, toolkits, subtests):

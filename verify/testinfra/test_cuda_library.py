@@ -7,6 +7,10 @@ the host's inventory (<name>_cuda_prefix, <name>_expected_version) where it sets
 catalog's stack. cudnnGetVersion() needs no GPU, but cuDNN 8 loads its sub-libraries on the first
 call, and those need cuBLAS (CUDA toolkit, in the prefix) and libcuda.so.1 (driver): the check runs
 with the prefix on LD_LIBRARY_PATH, as the env scripts set it.
+
+With the cuda_repo method (stack_<name>_method) the library comes from NVIDIA's deb packages
+instead: headers in /usr/include, libraries in /usr/lib/x86_64-linux-gnu, and dpkg, not the
+role, records the files; the same chain, version and ownership checks apply there.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ LIBRARIES = {
     ),
 }
 HEADERS = [(name, header) for name, library in LIBRARIES.items() for header in library.headers]
+# Where NVIDIA's deb packages (method cuda_repo) put the files.
+REPO_INCLUDE_DIR = "/usr/include"
+REPO_LIB_DIR = "/usr/lib/x86_64-linux-gnu"
 
 
 @pytest.fixture(scope="module", params=sorted(LIBRARIES))
@@ -81,13 +88,29 @@ def prefix(library, host_vars, settings, stack) -> str:
     return prefix_of(library.name, host_vars, settings, stack)
 
 
+def from_repo(name: str, stack) -> bool:
+    return stack[name]["method"] == "cuda_repo"
+
+
+@pytest.fixture(scope="module")
+def include_dir(library, prefix, stack) -> str:
+    return REPO_INCLUDE_DIR if from_repo(library.name, stack) else f"{prefix}/include"
+
+
+@pytest.fixture(scope="module")
+def lib_dir(library, prefix, stack) -> str:
+    return REPO_LIB_DIR if from_repo(library.name, stack) else f"{prefix}/lib64"
+
+
 @pytest.fixture(scope="module")
 def major(library, stack) -> str:
     return str(stack[library.name]["version"]).split(".")[0]
 
 
 @pytest.fixture(scope="module")
-def recorded(host, library, prefix) -> list[str]:
+def recorded(host, library, prefix, stack) -> list[str]:
+    if from_repo(library.name, stack):
+        pytest.skip("cuda_repo: dpkg records the packages' files, not the role")
     manifest = host.file(f"{prefix}/.msgpu-{library.name}.files")
     assert manifest.is_file, f"{manifest.path} missing: the cuda_library role has not completed here"
     return [line for line in manifest.content_string.splitlines() if line.strip()]
@@ -95,20 +118,21 @@ def recorded(host, library, prefix) -> list[str]:
 
 @pytest.mark.parametrize(("name", "header"), HEADERS)
 def test_header_is_installed(host, host_vars, settings, stack, name, header):
-    header_file = host.file(f"{prefix_of(name, host_vars, settings, stack)}/include/{header}")
+    folder = REPO_INCLUDE_DIR if from_repo(name, stack) else f"{prefix_of(name, host_vars, settings, stack)}/include"
+    header_file = host.file(f"{folder}/{header}")
     assert header_file.is_file
     assert header_file.user == "root"
     assert not header_file.mode & 0o002
 
 
-def test_header_has_the_stack_major(host, library, prefix, major):
-    text = host.file(f"{prefix}/include/{library.major_header}").content_string
+def test_header_has_the_stack_major(host, library, include_dir, major):
+    text = host.file(f"{include_dir}/{library.major_header}").content_string
     assert re.search(rf"^#define {library.major_macro} {major}$", text, re.MULTILINE)
 
 
-def test_library_symlink_chain(host, library, prefix, major):
-    """lib<x>.so -> lib<x>.so.<major> -> lib<x>.so.<major>.<minor>.<patch>, as in NVIDIA's tarballs."""
-    lib64, soname = f"{prefix}/lib64", library.soname
+def test_library_symlink_chain(host, library, lib_dir, major):
+    """lib<x>.so -> lib<x>.so.<major> -> lib<x>.so.<major>.<minor>.<patch>, as in NVIDIA's tarballs and debs."""
+    lib64, soname = lib_dir, library.soname
     assert host.file(f"{lib64}/{soname}.so").is_symlink
     assert host.check_output(f"readlink {shlex.quote(f'{lib64}/{soname}.so')}") == f"{soname}.so.{major}"
     assert host.file(f"{lib64}/{soname}.so.{major}").is_symlink
@@ -118,11 +142,11 @@ def test_library_symlink_chain(host, library, prefix, major):
     assert real_file.is_file and not real_file.is_symlink
 
 
-def test_library_reports_expected_version(host, library, prefix, major, host_vars, stack):
+def test_library_reports_expected_version(host, library, prefix, lib_dir, major, host_vars, stack):
     expected = int(
         host_vars.get(f"{library.name}_expected_version") or library.version_code(stack[library.name]["version"])
     )
-    path = f"{prefix}/lib64/{library.soname}.so.{major}"
+    path = f"{lib_dir}/{library.soname}.so.{major}"
     code = f"import ctypes; lib = ctypes.CDLL({path!r}); {library.version_call}"
     cmd = host.run(f"LD_LIBRARY_PATH={shlex.quote(prefix + '/lib64')} python3 -c {shlex.quote(code)}")
     assert cmd.rc == 0, cmd.stderr
@@ -130,6 +154,8 @@ def test_library_reports_expected_version(host, library, prefix, major, host_var
 
 
 def test_marker_holds_the_artifact_checksum(host, library, prefix, stack):
+    if from_repo(library.name, stack):
+        pytest.skip("cuda_repo: dpkg records the packages, the role writes no marker")
     marker = host.file(f"{prefix}/.msgpu-{library.name}")
     assert marker.is_file
     checksum = marker.content_string.strip()
@@ -158,3 +184,21 @@ def test_prefix_is_not_in_the_linker_configuration(host, prefix):
     """The env scripts put the prefix on the library path; the role must not touch ld.so.conf."""
     cmd = host.run(f"grep -rsF -- {shlex.quote(prefix)} /etc/ld.so.conf /etc/ld.so.conf.d")
     assert cmd.rc == 1, cmd.stdout
+
+
+def test_package_files_are_root_owned_and_not_world_writable(host, library, stack, lib_dir, include_dir):
+    """cuda_repo: every file of the library's packages is root's and not world-writable."""
+    if not from_repo(library.name, stack):
+        pytest.skip("only the cuda_repo method installs the library as packages")
+    packages = [spec.partition("=")[0] for spec in stack[library.name]["artifact"]["packages"]]
+    files = host.check_output(f"dpkg-query --listfiles {' '.join(map(shlex.quote, packages))}").splitlines()
+    assert any(f.startswith(f"{lib_dir}/{library.soname}.so") for f in files)
+    assert any(f.startswith(f"{include_dir}/") for f in files)
+    paths = " ".join(shlex.quote(f) for f in files if f.startswith((lib_dir + "/", include_dir + "/")))
+    listing = host.check_output(f"stat -c '%U:%G %a %F %n' -- {paths}").splitlines()
+    offenders = [
+        line
+        for line in listing
+        if not line.startswith("root:root ") or ("symbolic link" not in line and int(line.split()[1], 8) & 0o002)
+    ]
+    assert not offenders

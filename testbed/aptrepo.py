@@ -1,0 +1,483 @@
+"""A signed fixture of NVIDIA's CUDA apt repository, built from the real NVIDIA binaries of the mirror.
+
+NVIDIA's repository (`deb [signed-by=KEYRING] <sources.nvidia_cuda_repo> /`, a flat repository with
+Packages(.gz), Release, Release.gpg and InRelease, signed by the key `3bf863cc.pub`) cannot be
+reached from the build machines. This module builds one that follows the same layout and contract
+under `<mirror root>/nvidia_cuda_repo/`, with exactly the package names and versions that
+catalog/stacks.yml names for the `cuda_repo` methods:
+
+- `cuda-drivers-<branch>`: a metapackage depending, like NVIDIA's, on `nvidia-driver-<branch>`, and
+  on the catalog's `driver.<branch>.distro.packages`: Ubuntu's real driver packages, so DKMS builds
+  the real kernel module;
+- `cuda-toolkit-<major>-<minor>`: the CUDA toolkit tree under `/usr/local/cuda-<major>.<minor>`, the
+  same real NVIDIA binaries (and nvcc stub) as the runfile fixtures (testbed/fixtures.py);
+- `libcudnn<major>`/`-dev`, `libnccl2`/`libnccl-dev`: the real libraries and headers of NVIDIA's
+  wheels under /usr/lib/x86_64-linux-gnu and /usr/include, as NVIDIA's debs install them.
+
+The repository is signed by a throwaway key generated once and kept in `<cache>/aptrepo-gnupg`
+(so its fingerprint is stable across builds); `inventory_vars()` tells the roles to trust that
+key's fingerprint instead of NVIDIA's. Debs carry an uncompressed data.tar (building and
+unpacking 1 GB toolkits stays fast) and are rebuilt only when what they are built from changes.
+testbed/FIXTURES.md says what is real and what is not.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import inspect
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+from testbed import fixtures
+
+SOURCE = "nvidia_cuda_repo"
+ARCH = "amd64"
+LIB_DIR = "usr/lib/x86_64-linux-gnu"
+STATE = "aptrepo-state.json"
+KEY_UID = "msgpu test fixture: stand-in for NVIDIA's CUDA repository key <fixture@msgpu.invalid>"
+MAINTAINER = "msgpu test fixtures <fixture@msgpu.invalid>"
+# Fixed, so Packages and Release only change when a package does (apt refuses a Date in the future).
+RELEASE_DATE = "Mon, 12 Oct 2020 00:00:00 UTC"
+FIXTURE_DESCRIPTION = (
+    " TEST FIXTURE built by testbed/aptrepo.py (testbed/FIXTURES.md), standing in for the package\n"
+    " of this name in NVIDIA's CUDA repository, which cannot be reached from the build machines."
+)
+# What the debs are built from besides their specs: this module and the fixtures.py code it reuses.
+BUILDER_HASH = hashlib.sha256(
+    "\n".join(
+        [
+            Path(__file__).read_text(),
+            *(
+                inspect.getsource(obj)
+                for obj in (
+                    fixtures.toolkit_members,
+                    fixtures.versioned_library,
+                    fixtures.version_json,
+                    fixtures.wheel_files,
+                    fixtures._tarinfo,
+                    fixtures._directories,
+                )
+            ),
+            repr((fixtures.TOOLKIT_TREES, fixtures.TOOLKIT_LIBRARIES, fixtures.NVCC_STUB, fixtures.FIXED_MTIME)),
+        ]
+    ).encode()
+).hexdigest()
+
+
+def log(message: str) -> None:
+    fixtures.log(f"aptrepo: {message}")
+
+
+# --- the packages ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deb:
+    """One binary package: its control fields and how to get its files."""
+
+    name: str
+    version: str
+    description: str
+    depends: tuple[str, ...] = ()
+    wheels: tuple[fixtures.Wheel, ...] = ()
+    # (wheel files by package name) -> members, names relative to / without a leading "./"
+    members: Callable[[dict[str, Path]], list[fixtures.Member]] | None = None
+    section: str = "multiverse/devel"
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}_{self.version.replace(':', '%3a')}_{ARCH}.deb"
+
+    def key(self) -> str:
+        payload = {
+            "name": self.name,
+            "version": self.version,
+            "description": self.description,
+            "depends": self.depends,
+            "wheels": [w.sha256 for w in self.wheels],
+            "builder": BUILDER_HASH,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def split_package(spec: str) -> tuple[str, str]:
+    """'libcudnn8=8.0.5.39-1+cuda11.1' -> ('libcudnn8', '8.0.5.39-1+cuda11.1')."""
+    name, _, version = spec.partition("=")
+    if not version:
+        raise fixtures.FixtureError(f"catalog/stacks.yml: cuda_repo package '{spec}' has no '=<version>'")
+    return name, version
+
+
+def _toolkit_fixture(catalog: dict[str, Any], version: str) -> fixtures.Fixture:
+    """The runfile fixture of that CUDA version: its toolkit, nvcc stub and version.json are the deb's."""
+    for fixture in fixtures.plan(catalog):
+        if fixture.kind == "cuda_runfile" and fixture.version == version:
+            return fixture
+    raise fixtures.FixtureError(
+        f"catalog/stacks.yml: CUDA {version} has a cuda_repo entry but no runfile to build from"
+    )
+
+
+def toolkit_deb_members(fixture: fixtures.Fixture, wheels: dict[str, Path]) -> list[fixtures.Member]:
+    prefix = f"usr/local/cuda-{fixture.version}/"
+    stub = fixtures._fill(fixtures.NVCC_STUB, {"FULL": fixture.full_version, "VERSION": fixture.version})
+    members = [replace(m, name=prefix + m.name) for m in fixtures.toolkit_members(wheels)]
+    members.append(fixtures.text_member(prefix + "bin/nvcc", stub, 0o755))
+    members.append(fixtures.text_member(prefix + "version.json", fixtures.version_json(fixture)))
+    return members
+
+
+def library_deb_members(
+    component: str, package: str, wheel_path: Path, wheel: fixtures.Wheel, dev: bool
+) -> list[fixtures.Member]:
+    """Runtime package: lib*.so.X.Y.Z + lib*.so.MAJOR; -dev: the headers and the lib*.so links."""
+    members: list[fixtures.Member] = []
+    for name in fixtures.wheel_files(wheel_path, f"nvidia/{component}/lib/"):
+        real, soname, dev_link = fixtures.versioned_library(
+            wheel_path, name, fixtures.release_of(wheel.version), LIB_DIR
+        )
+        members += [dev_link] if dev else [real, soname]
+    if dev:
+        members += [
+            fixtures.from_wheel(f"usr/include/{Path(n).name}", wheel_path, n)
+            for n in fixtures.wheel_files(wheel_path, f"nvidia/{component}/include/")
+            if n.endswith(".h")
+        ]
+    note = fixtures.FIXTURE_NOTE.format(
+        file="NVIDIA's deb of this name", wheel=wheel.file, reports=_reports(component, wheel)
+    )
+    members.append(
+        fixtures.text_member(
+            f"usr/share/doc/{package}/copyright",
+            note + "\n" + fixtures.wheel_text(wheel_path, "License.txt"),
+        )
+    )
+    return members
+
+
+def _reports(component: str, wheel: fixtures.Wheel) -> int:
+    return fixtures.cudnn_reports(wheel) if component == "cudnn" else fixtures.nccl_reports(wheel)
+
+
+def plan(catalog: dict[str, Any]) -> list[Deb]:
+    """Every package the catalog's cuda_repo methods name, at the catalog's versions."""
+    debs: list[Deb] = []
+    for branch, entry in catalog.get("driver", {}).items():
+        for package in entry.get("cuda_repo", {}).get("packages", []):
+            debs.append(
+                Deb(
+                    name=package,
+                    version=f"{entry['version']}-1",
+                    description=f"CUDA driver metapackage for branch {branch}\n{FIXTURE_DESCRIPTION}",
+                    # NVIDIA's metapackage depends on nvidia-driver-<branch> (here: Ubuntu's).
+                    depends=(f"nvidia-driver-{branch}", *entry["distro"]["packages"]),
+                    members=lambda _w, p=package: [
+                        fixtures.text_member(f"usr/share/doc/{p}/README.fixture", FIXTURE_DESCRIPTION + "\n")
+                    ],
+                    section="multiverse/metapackages",
+                )
+            )
+    for version, entry in catalog.get("cuda", {}).items():
+        for package in entry.get("cuda_repo", {}).get("packages", []):
+            fixture = _toolkit_fixture(catalog, str(version))
+            debs.append(
+                Deb(
+                    name=package,
+                    version=f"{entry['full_version']}-1",
+                    description=f"CUDA Toolkit {version}\n{FIXTURE_DESCRIPTION}",
+                    wheels=fixture.wheels,
+                    members=lambda w, f=fixture: toolkit_deb_members(f, w),
+                )
+            )
+    for component in ("cudnn", "nccl"):
+        for version, entry in catalog.get(component, {}).items():
+            specs = [split_package(p) for p in entry.get("cuda_repo", {}).get("packages", [])]
+            wheel = fixtures._wheel_for(catalog, component, str(version).split(".")[0])
+            runtime = [n for n, _ in specs if not n.endswith("-dev")]
+            for name, deb_version in specs:
+                dev = name.endswith("-dev")
+                debs.append(
+                    Deb(
+                        name=name,
+                        version=deb_version,
+                        description=f"NVIDIA {component} {'development files' if dev else 'runtime library'}\n"
+                        f"{FIXTURE_DESCRIPTION}",
+                        depends=tuple(f"{r} (= {deb_version})" for r in runtime) if dev else (),
+                        wheels=(wheel,),
+                        members=lambda w, c=component, n=name, wh=wheel, d=dev: library_deb_members(
+                            c, n, w[wh.package], wh, d
+                        ),
+                        section="multiverse/libdevel" if dev else "multiverse/libs",
+                    )
+                )
+    files = [d.file for d in debs]
+    if len(set(files)) != len(files):
+        raise fixtures.FixtureError(f"catalog/stacks.yml names a cuda_repo package twice: {sorted(files)}")
+    return debs
+
+
+# --- writing debs ------------------------------------------------------------------------------
+
+
+def _ar_header(name: str, size: int) -> bytes:
+    header = f"{name + '/':<16}{fixtures.FIXED_MTIME:<12}{0:<6}{0:<6}{'100644':<8}{size:<10}`\n"
+    assert len(header) == 60, header
+    return header.encode()
+
+
+def _member_size(member: fixtures.Member, zips: dict[Path, zipfile.ZipFile]) -> int:
+    if member.link:
+        return 0
+    if member.data is not None:
+        return len(member.data)
+    assert member.wheel is not None
+    return zips[member.wheel].getinfo(member.wheel_member).file_size
+
+
+def _write_data_tar(out: BinaryIO, members: list[fixtures.Member], zips: dict[Path, zipfile.ZipFile]) -> None:
+    """An uncompressed, reproducible data.tar with './'-prefixed names, as dpkg-deb writes them."""
+    entries: list[tuple[str, fixtures.Member | None]] = [(d, None) for d in fixtures._directories(members)]
+    entries += [(m.name, m) for m in members]
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT, copybufsize=fixtures.COPY_BUFFER) as tar:
+        tar.addfile(fixtures._tarinfo("./", tarfile.DIRTYPE, 0o755))
+        for name, member in sorted(entries, key=lambda entry: entry[0]):
+            path = f"./{name}"
+            if member is None:
+                tar.addfile(fixtures._tarinfo(path + "/", tarfile.DIRTYPE, 0o755))
+            elif member.link:
+                tar.addfile(fixtures._tarinfo(path, tarfile.SYMTYPE, 0o777, link=member.link))
+            elif member.data is not None:
+                info = fixtures._tarinfo(path, tarfile.REGTYPE, member.mode, len(member.data))
+                tar.addfile(info, io.BytesIO(member.data))
+            else:
+                assert member.wheel is not None
+                info = zips[member.wheel].getinfo(member.wheel_member)
+                with zips[member.wheel].open(info) as data:
+                    tar.addfile(fixtures._tarinfo(path, tarfile.REGTYPE, member.mode, info.file_size), data)
+
+
+def control_text(deb: Deb, installed_kib: int) -> str:
+    fields = [
+        ("Package", deb.name),
+        ("Version", deb.version),
+        ("Architecture", ARCH),
+        ("Maintainer", MAINTAINER),
+        ("Installed-Size", str(installed_kib)),
+        ("Depends", ", ".join(deb.depends)),
+        ("Section", deb.section),
+        ("Priority", "optional"),
+        ("Description", deb.description),
+    ]
+    return "".join(f"{key}: {value}\n" for key, value in fields if value)
+
+
+def write_deb(path: Path, deb: Deb, wheel_paths: dict[str, Path]) -> str:
+    """ar(debian-binary, control.tar.gz, data.tar); returns the control text."""
+    assert deb.members is not None
+    members = deb.members(wheel_paths)
+    names = [m.name for m in members]
+    if len(set(names)) != len(names):
+        raise fixtures.FixtureError(f"{deb.file}: duplicate members")
+    with ExitStack() as stack:
+        zips = {w: stack.enter_context(zipfile.ZipFile(w)) for w in {m.wheel for m in members if m.wheel}}
+        installed = sum((_member_size(m, zips) + 1023) // 1024 for m in members) + 4
+        control = control_text(deb, installed)
+        control_tar = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", fileobj=control_tar, mtime=0) as stream, tarfile.open(
+            fileobj=stream, mode="w", format=tarfile.GNU_FORMAT
+        ) as tar:
+            tar.addfile(fixtures._tarinfo("./", tarfile.DIRTYPE, 0o755))
+            data = control.encode()
+            tar.addfile(fixtures._tarinfo("./control", tarfile.REGTYPE, 0o644, len(data)), io.BytesIO(data))
+        out = stack.enter_context(open(path, "wb"))
+        out.write(b"!<arch>\n")
+        for name, blob in (("debian-binary", b"2.0\n"), ("control.tar.gz", control_tar.getvalue())):
+            out.write(_ar_header(name, len(blob)) + blob + (b"\n" if len(blob) % 2 else b""))
+        # data.tar streams straight into the archive; its size is patched into the header afterwards.
+        header_at = out.tell()
+        out.write(_ar_header("data.tar", 0))
+        start = out.tell()
+        _write_data_tar(out, members, zips)  # type: ignore[arg-type]
+        size = out.tell() - start
+        if size % 2:
+            out.write(b"\n")
+        out.seek(header_at)
+        out.write(_ar_header("data.tar", size))
+    return control
+
+
+def _hashes(path: Path) -> dict[str, str]:
+    digests = {"MD5sum": hashlib.md5(), "SHA256": hashlib.sha256()}
+    with open(path, "rb") as data:
+        for block in iter(lambda: data.read(fixtures.COPY_BUFFER), b""):
+            for digest in digests.values():
+                digest.update(block)
+    return {name: digest.hexdigest() for name, digest in digests.items()}
+
+
+# --- the signing key ---------------------------------------------------------------------------
+
+
+def _gpg(home: Path, *args: str, data: bytes | None = None) -> bytes:
+    result = subprocess.run(
+        ["gpg", "--homedir", str(home), "--batch", "--quiet", "--no-tty", *args],
+        input=data,
+        capture_output=True,
+    )
+    if result.returncode != 0:
+        raise fixtures.FixtureError(f"gpg {' '.join(args)} failed: {result.stderr.decode(errors='replace')[-1500:]}")
+    return result.stdout
+
+
+def signing_key(cache: Path) -> tuple[Path, str]:
+    """The fixture repository's key: generated once, kept in <cache>/aptrepo-gnupg. (home, fingerprint)."""
+    home = cache / "aptrepo-gnupg"
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o700)
+    listing = _gpg(home, "--with-colons", "--list-secret-keys").decode()
+    if "fpr:" not in listing:
+        started = time.monotonic()
+        _gpg(home, "--passphrase", "", "--quick-generate-key", KEY_UID, "rsa3072", "sign", "never")
+        log(f"generated the fixture signing key in {time.monotonic() - started:.0f} s")
+        listing = _gpg(home, "--with-colons", "--list-secret-keys").decode()
+    fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+    return home, fingerprint
+
+
+# --- the repository ----------------------------------------------------------------------------
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(data)
+    partial.replace(path)
+
+
+def _key_file(catalog: dict[str, Any]) -> str:
+    return str(catalog["cuda_repo"]["key"]["file"])
+
+
+def build(cache: Path, root: Path, catalog: dict[str, Any], force: bool) -> None:
+    """Build (or reuse) the repository under <root>/nvidia_cuda_repo; see the module docstring."""
+    started = time.monotonic()
+    repo = root / SOURCE
+    repo.mkdir(parents=True, exist_ok=True)
+    state_path = cache / STATE
+    old: dict[str, Any] = {} if force or not state_path.is_file() else json.loads(state_path.read_text())
+    debs = plan(catalog)
+    home, fingerprint = signing_key(cache)
+    key_path = repo / _key_file(catalog)
+    armored = _gpg(home, "--armor", "--export", fingerprint)
+    if not key_path.is_file() or key_path.read_bytes() != armored:
+        _write_atomic(key_path, armored)
+    stale = [d for d in debs if not _up_to_date(d, old.get("debs", {}).get(d.file), repo / d.file)]
+    entries = {d.file: old["debs"][d.file] for d in debs if d not in stale}
+    if stale:
+        wheels = sorted({w for d in stale for w in d.wheels}, key=lambda w: w.file)
+        paths = fixtures.fetch_wheels(wheels, cache)
+        by_package = {w.package: paths[w.file] for w in wheels}
+        for deb in stale:
+            entries[deb.file] = _build_deb(repo, deb, by_package)
+    for name in old.get("debs", {}):
+        if name not in entries:
+            (repo / name).unlink(missing_ok=True)
+    packages = "\n".join(entries[d.file]["stanza"] for d in debs)
+    if (
+        stale
+        or old.get("packages") != packages
+        or old.get("fingerprint") != fingerprint
+        or not (repo / "InRelease").is_file()
+    ):
+        _write_indexes(repo, home, fingerprint, packages)
+    new_state = {"fingerprint": fingerprint, "packages": packages, "debs": entries}
+    if new_state != old:
+        _write_atomic(state_path, (json.dumps(new_state, indent=2) + "\n").encode())
+    log(f"{len(debs)} packages, {len(stale)} built, in {time.monotonic() - started:.1f} s")
+
+
+def _up_to_date(deb: Deb, entry: dict[str, Any] | None, path: Path) -> bool:
+    return (
+        entry is not None
+        and entry.get("key") == deb.key()
+        and path.is_file()
+        and path.stat().st_size == entry.get("size")
+    )
+
+
+def _build_deb(repo: Path, deb: Deb, wheel_paths: dict[str, Path]) -> dict[str, Any]:
+    started = time.monotonic()
+    dest = repo / deb.file
+    partial = dest.with_name(dest.name + ".partial")
+    try:
+        control = write_deb(partial, deb, wheel_paths)
+        hashes = _hashes(partial)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(dest)
+    size = dest.stat().st_size
+    stanza = control + f"Filename: ./{deb.file}\nSize: {size}\n" + "".join(f"{k}: {v}\n" for k, v in hashes.items())
+    log(f"built {deb.file} ({fixtures.megabytes(size)}) in {time.monotonic() - started:.0f} s")
+    return {"key": deb.key(), "size": size, "stanza": stanza, **hashes}
+
+
+def release_text(files: dict[str, bytes]) -> str:
+    lines = [
+        "Origin: NVIDIA",
+        "Label: NVIDIA CUDA",
+        "Architecture: x86_64",
+        f"Date: {RELEASE_DATE}",
+        "Description: TEST FIXTURE standing in for NVIDIA's CUDA repository (testbed/aptrepo.py)",
+    ]
+    for field, algorithm in (("MD5Sum", hashlib.md5), ("SHA256", hashlib.sha256)):
+        lines.append(f"{field}:")
+        lines += [f" {algorithm(data).hexdigest()} {len(data):>16} {name}" for name, data in files.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _write_indexes(repo: Path, home: Path, fingerprint: str, packages: str) -> None:
+    """Packages, Packages.gz, then Release and its signatures (InRelease last)."""
+    plain = packages.encode()
+    buffer = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as stream:
+        stream.write(plain)
+    files = {"Packages": plain, "Packages.gz": buffer.getvalue()}
+    for name, data in files.items():
+        _write_atomic(repo / name, data)
+    release = release_text(files).encode()
+    _write_atomic(repo / "Release", release)
+    sign = ("--local-user", fingerprint, "--digest-algo", "SHA256")
+    _write_atomic(repo / "Release.gpg", _gpg(home, *sign, "--armor", "--detach-sign", data=release))
+    _write_atomic(repo / "InRelease", _gpg(home, *sign, "--clearsign", data=release))
+
+
+def inventory_vars(root: Path, base_url: str) -> dict[str, Any]:
+    """The fixture repository as the roles' source, and its key's fingerprint as the trusted one."""
+    state_path = root.parent / STATE
+    if not (root / SOURCE / "InRelease").is_file() or not state_path.is_file():
+        return {}
+    state = json.loads(state_path.read_text())
+    return {
+        "stack_sources": {SOURCE: f"{base_url.rstrip('/')}/{SOURCE}"},
+        "nvidia_repo_key_fingerprint": state["fingerprint"],
+    }
+
+
+def main() -> int:
+    root = fixtures.build_mirror()
+    print(json.dumps(inventory_vars(root, "http://127.0.0.1:PORT"), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
