@@ -1,5 +1,12 @@
-"""NVIDIA driver: packages held, nouveau blacklisted, and the DKMS module built and installed
-for every kernel that has headers — including kernels whose headers arrived after the driver."""
+"""NVIDIA driver: nouveau blacklisted, and the DKMS module built and installed for every kernel that
+has headers — including kernels whose headers arrived after the driver — whichever install method
+the host's stack uses:
+
+- distro: the branch's Ubuntu packages, installed and held;
+- runfile: NVIDIA's runfile (--silent --dkms), its uninstaller, no driver package, and apt pinned
+  so that none is installed over it;
+- cuda_repo: NVIDIA's cuda-drivers-<branch> metapackage and the driver packages it pulls in, held.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,28 @@ from conftest import CATALOG
 DEFAULT_STACK = CATALOG["stacks"][CATALOG["default_stack"]]
 DEFAULT_BRANCH = CATALOG["driver"][DEFAULT_STACK["driver_branch"]]
 DKMS_LINE = re.compile(r"^[^,]+, [^,]+, ([^,]+), [^:]+: installed", re.MULTILINE)
+RUNFILE_MARKER = "/var/lib/msgpu/nvidia-driver-runfile.sha256"
+RUNFILE_APT_PIN = "/etc/apt/preferences.d/msgpu-nvidia-driver-runfile.pref"
+# cuDriverGetVersion() needs no GPU: the driver API version libcuda implements (e.g. 11040).
+CUDA_DRIVER_VERSION = (
+    "import ctypes; lib = ctypes.CDLL('libcuda.so.1'); v = ctypes.c_int(); "
+    "rc = lib.cuDriverGetVersion(ctypes.byref(v)); print(rc, v.value)"
+)
+
+
+def method_is(stack: dict, *methods: str) -> None:
+    if stack["driver"]["method"] not in methods:
+        pytest.skip(f"only for the {'/'.join(methods)} method (this host: {stack['driver']['method']})")
+
+
+def selection(host, package: str) -> tuple[str, str]:
+    name, chosen = host.check_output(f"dpkg --get-selections {package}").split()
+    return name.split(":")[0], chosen  # multi-arch packages print name:amd64
+
+
+def depends(host, package: str) -> list[str]:
+    out = host.check_output(f"dpkg-query --show --showformat='${{Depends}}' {package}")
+    return sorted({re.sub(r"[ (:|].*$", "", d.strip()) for d in out.split(",") if d.strip()})
 
 
 def kernels_with_headers(host) -> list[str]:
@@ -19,15 +48,85 @@ def kernels_with_headers(host) -> list[str]:
 
 
 @pytest.mark.parametrize("package", DEFAULT_BRANCH["distro"]["packages"])
-def test_driver_package_installed_and_held(host, package):
+def test_driver_package_installed_and_held(host, stack, package):
+    method_is(stack, "distro")
     assert host.package(package).is_installed
-    name, selection = host.check_output(f"dpkg --get-selections {package}").split()
-    assert (name.split(":")[0], selection) == (package, "hold")  # multi-arch packages print name:amd64
+    assert selection(host, package) == (package, "hold")
 
 
 def test_packages_match_the_stack(host, stack):
     for package in stack["driver"]["packages"]:
         assert host.package(package).is_installed, package
+
+
+def test_cuda_repo_metapackage_and_its_driver_packages_are_held(host, stack, subtests):
+    method_is(stack, "cuda_repo")
+    for package in stack["driver"]["packages"]:
+        assert host.package(package).is_installed, package
+        assert selection(host, package) == (package, "hold")
+        pulled_in = depends(host, package)
+        assert pulled_in, f"{package} depends on no driver package"
+        for dependency in pulled_in:
+            with subtests.test(msg=dependency):
+                assert host.package(dependency).is_installed
+                assert selection(host, dependency) == (dependency, "hold")
+
+
+def test_runfile_install_is_complete(host, stack):
+    """The marker (written last) holds the sha256 of the runfile that was installed."""
+    method_is(stack, "runfile")
+    marker = host.file(RUNFILE_MARKER)
+    assert marker.is_file and marker.user == "root" and marker.mode == 0o644
+    pinned = stack["driver"]["artifact"].get("sha256")  # known when the inventory pins it
+    assert re.fullmatch(pinned or "[0-9a-f]{64}", marker.content_string.strip())
+    assert host.file("/usr/bin/nvidia-uninstall").exists
+    assert "nvidia-installer log file" in host.file("/var/log/nvidia-installer.log").content_string
+
+
+def test_runfile_install_has_no_driver_package(host, stack):
+    method_is(stack, "runfile")
+    installed = host.check_output("dpkg-query --show --showformat='${db:Status-Abbrev} ${Package}\\n'")
+    packages = [line.split()[1] for line in installed.splitlines() if line.startswith("ii")]
+    driver = re.compile(
+        r"^(nvidia-(dkms|utils|compute-utils|kernel-source|driver)-\d+|libnvidia-compute-\d+|cuda-drivers)"
+    )
+    assert [p for p in packages if driver.match(p)] == []
+
+
+def test_runfile_install_keeps_apt_from_installing_driver_packages(host, stack, settings):
+    method_is(stack, "runfile")
+    pin = host.file(RUNFILE_APT_PIN)
+    if settings.get("driver_hold", True) is False:
+        pytest.skip("nvidia_driver_hold is false")
+    assert pin.is_file and pin.user == "root" and pin.mode == 0o644
+    for package in CATALOG["driver"][stack["driver"]["branch"]]["distro"]["packages"]:
+        policy = host.check_output(f"apt-cache policy {package}")
+        assert "Candidate: (none)" in policy, policy
+
+
+def test_runfile_install_has_a_persistenced_unit(host, stack):
+    method_is(stack, "runfile")
+    unit = host.file("/etc/systemd/system/nvidia-persistenced.service")
+    assert unit.is_file and unit.user == "root" and unit.mode == 0o644
+    assert "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced" in unit.content_string
+    assert host.file("/usr/bin/nvidia-persistenced").mode & 0o111
+    assert host.user("nvidia-persistenced").exists
+
+
+def test_module_sources_are_registered_with_dkms(host, stack):
+    status = host.check_output(f"dkms status -m {stack['driver']['dkms_module']}")
+    versions = set(re.findall(r"^[^,/]+[,/] *([^,:]+)", status, re.MULTILINE))
+    assert len(versions) == 1, status  # one driver, not an old one left behind
+    assert host.file(f"/usr/src/{stack['driver']['dkms_module']}-{versions.pop()}/dkms.conf").is_file
+
+
+def test_libcuda_implements_every_installed_cuda_version(host, stack):
+    """libcuda loads and reports its driver API version, which must cover every toolkit of the stack."""
+    rc, version = host.check_output(f'python3 -c "{CUDA_DRIVER_VERSION}"').split()
+    assert rc == "0"
+    for toolkit in stack["cuda"]["toolkits"]:
+        major, minor = toolkit["version"].split(".")[:2]
+        assert int(version) >= int(major) * 1000 + int(minor) * 10, (version, toolkit["version"])
 
 
 def test_every_kernel_with_headers_has_the_module(host, stack):
