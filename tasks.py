@@ -152,8 +152,20 @@ def _second_cuda() -> list[str]:
 
 
 SCENARIO_VARS: dict[str, dict] = {
-    "default": {},
-    "wheels": _wheel_overrides(),
+    # The seed's stack with TensorRT (for MindSpore Serving) by the stack's default method, tarball.
+    "default": {"stack_tensorrt_enabled": True},
+    "wheels": {
+        **_wheel_overrides(),
+        # TensorRT from NVIDIA's nvidia-tensorrt wheel: the version the default stack accepts that has one.
+        "stack_tensorrt_enabled": True,
+        "stack_tensorrt_method": "wheel",
+        "stack_tensorrt_version": next(
+            version
+            for stack in [_catalog()["stacks"][_catalog()["default_stack"]]]
+            for version in [stack["tensorrt"], *stack.get("also_accepts", {}).get("tensorrt", [])]
+            if "wheel" in _catalog()["tensorrt"][version]
+        ),
+    },
     "nvidia_repo": {
         **{f"stack_{c}_method": "cuda_repo" for c in ("driver", "cuda", "cudnn", "nccl")},
         "stack_cuda_extra_versions": _second_cuda(),
@@ -180,6 +192,7 @@ def _sandbox_group_vars(root: Path, mirror_vars: dict) -> dict:
         **mirror_vars,
         "cudnn_expected_version": reports["cudnn_tarball"],
         "nccl_expected_version": reports["nccl_tarball"],
+        "tensorrt_expected_version": reports["tensorrt_tarball"],
     }
 
 
@@ -187,7 +200,7 @@ def _sandbox_group_vars(root: Path, mirror_vars: dict) -> dict:
     help={
         "fast": "Lint and unit tests only (no containers).",
         "keyword": "Only tests whose names match this pytest -k expression (skips lint and molecule).",
-        "scenario": "Only this molecule scenario (default, wheels); skips lint, unit and integration tests.",
+        "scenario": f"Only this molecule scenario ({', '.join(SCENARIOS)}); skips lint, unit and integration tests.",
     }
 )
 def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "") -> None:
@@ -276,6 +289,45 @@ def provision(c: Context, inventory: str = "", limit: str = "", check: bool = Fa
         cmd = " ".join(shlex.quote(a) for a in args) + (f" {extra}" if extra else "")
         _run(c, cmd, what="ansible-playbook site.yml")
     print("Done. Look around with: ./toolkit sandbox shell   (then: source /etc/msgpu/env/cuda-*.sh; nvcc --version)")
+
+
+# Each component's playbook (its tag) and the variable that sets its role's state; `uninstall` sets
+# them to absent. site.yml runs them in its own order; every role's `absent` copes with what another
+# one already removed (e.g. the cuDNN files inside a CUDA tree that is gone).
+COMPONENT_STATES = {
+    "nvidia_driver": "nvidia_driver_state",
+    "cuda": "cuda_state",
+    "cudnn": "cudnn_state",
+    "nccl": "nccl_state",
+    "openmpi": "openmpi_state",
+    "mindspore": "mindspore_state",
+    "tensorrt": "tensorrt_state",
+}
+
+
+@task(
+    help={
+        "inventory": "Inventory of real hosts; without it the local sandbox host.",
+        "limit": "Ansible --limit pattern.",
+        "component": f"Only these components, comma-separated ({', '.join(COMPONENT_STATES)}); default: all.",
+        "check": "Dry run: ansible-playbook --check --diff.",
+    }
+)
+def uninstall(c: Context, inventory: str = "", limit: str = "", component: str = "", check: bool = False) -> None:
+    """Remove what site.yml installed (state: absent for every component, or only the named ones)."""
+    chosen = [name.strip() for name in component.split(",") if name.strip()] or list(COMPONENT_STATES)
+    unknown = [name for name in chosen if name not in COMPONENT_STATES]
+    if unknown:
+        raise Exit(f"--component: {', '.join(unknown)} unknown; allowed: {', '.join(COMPONENT_STATES)}", code=2)
+    extra = f"--tags {shlex.quote(','.join(['preflight', *chosen]))}" + (" --check --diff" if check else "")
+    cmd = _playbook_args(
+        "playbooks/site.yml",
+        _target_inventory(inventory),
+        limit,
+        {COMPONENT_STATES[name]: "absent" for name in chosen},
+        extra,
+    )
+    _run(c, cmd, what=f"ansible-playbook site.yml, state absent: {', '.join(chosen)}")
 
 
 # Real MNIST next to the project (../shared/data/mnist, the test bed's copy): the sandbox copies it
@@ -414,5 +466,38 @@ def sandbox_host(c: Context, action: str) -> None:
         raise Exit(f"sandbox: unknown action '{action}'; allowed: up, down, shell, status", code=2)
 
 
-namespace = Collection(setup, lint, test, provision, verify, bench)
+namespace = Collection(setup, lint, test, provision, uninstall, verify, bench)
 namespace.add_task(sandbox_host, name="sandbox")
+
+
+@task(
+    help={
+        "inventory": "Inventory of real hosts; without it the local sandbox host (./toolkit provision first).",
+        "host": "Only this host (an Ansible --limit pattern).",
+        "json": "Print every host's findings as JSON instead of the text report.",
+        "out": "Folder for the findings (default artifacts/doctor).",
+    }
+)
+def doctor(c: Context, inventory: str = "", host: str = "", json_: bool = False, out: str = "") -> None:
+    """Explain a broken GPU host: each finding with its severity, evidence and fix (exit 1 on an error)."""
+    folder = Path(out).resolve() if out else RESULTS / "doctor"
+    target = _target_inventory(inventory)
+    started = time.monotonic()
+    args = _playbook_args("playbooks/doctor.yml", target, host, {"verify_doctor_results_dir": str(folder)}, "")
+    with c.cd(str(ROOT)):
+        result = c.run(args, env=_env(), warn=True, pty=False, hide=True)
+    found = sorted((folder / "hosts").glob("*.json"))
+    for path in found:
+        if json_:
+            print(path.read_text())
+        else:
+            print(path.with_suffix(".txt").read_text())
+    print(f"doctor wall time: {time.monotonic() - started:.1f} s; findings in {folder / 'hosts'}")
+    if result is None or not result.ok:
+        if not found:
+            print(result.stdout[-4000:] if result is not None else "", result.stderr[-2000:] if result else "")
+        errors = [p.stem for p in found if not json.loads(p.read_text())["ok"]]
+        raise Exit(f"doctor: error-level findings on {', '.join(errors) or 'the hosts (see above)'}", code=1)
+
+
+namespace.add_task(doctor)

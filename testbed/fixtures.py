@@ -22,6 +22,7 @@ so a warm `build_mirror()` only reads the manifest and stats the files.
 from __future__ import annotations
 
 import argparse
+import base64
 import fcntl
 import gzip
 import hashlib
@@ -122,7 +123,23 @@ def catalog_wheels(catalog: dict[str, Any]) -> dict[str, Wheel]:
                 wheels[f"{spec['package']}=={spec['version']}"] = Wheel(
                     spec["package"], str(spec["version"]), spec["file"], spec["sha256"]
                 )
+    for entry in catalog.get("tensorrt", {}).values():
+        spec = entry.get("wheel")
+        if spec:
+            # One file per Python tag; the fixtures are built from the tested platform's.
+            tagged = spec["files"][fixture_python_tag(catalog)]
+            wheels[f"{spec['package']}=={spec['version']}"] = Wheel(
+                spec["package"], str(spec["version"]), tagged["file"], tagged["sha256"]
+            )
     return wheels
+
+
+def fixture_python_tag(catalog: dict[str, Any]) -> str:
+    """The Python tag of the tested platform (cp38 on Ubuntu 20.04): the TensorRT fixture's wheels."""
+    tags = sorted({p["python_tag"] for p in catalog.get("platforms", {}).values() if p.get("tested")})
+    if len(tags) != 1:
+        raise FixtureError(f"catalog/stacks.yml platforms: expected one tested Python tag, found {tags or 'none'}")
+    return tags[0]
 
 
 def _verified(path: Path, wheel: Wheel) -> bool:
@@ -156,6 +173,9 @@ def fetch_wheels(wheels: list[Wheel], cache: Path = sandbox.CACHE) -> dict[str, 
             "--only-binary=:all:",
             "--platform",
             "manylinux1_x86_64",
+            # nvidia-tensorrt has only manylinux_2_17 wheels (glibc 2.17; Ubuntu 20.04 has 2.31).
+            "--platform",
+            "manylinux_2_17_x86_64",
             "--python-version",
             "3.8",
             "--dest",
@@ -407,7 +427,7 @@ def wheel_text(wheel: Path, suffix: str) -> str:
 class Fixture:
     """One artifact of the catalog that the mirror stands in for."""
 
-    kind: str  # cuda_runfile | cudnn_tarball | nccl_tarball
+    kind: str  # cuda_runfile | cudnn_tarball | nccl_tarball | tensorrt_tarball
     version: str  # the catalog's version key (11.1, 8.0.5, 2.8.4)
     full_version: str
     file: str
@@ -445,8 +465,24 @@ def _wheel_for(catalog: dict[str, Any], component: str, major: str) -> Wheel:
     return Wheel(spec["package"], str(spec["version"]), spec["file"], spec["sha256"])
 
 
+def _tensorrt_wheel(catalog: dict[str, Any]) -> Wheel:
+    """The newest nvidia-tensorrt wheel the catalog pins, for the tested platform's Python tag.
+
+    NVIDIA publishes no TensorRT 7 wheel, so every TensorRT tarball fixture carries TensorRT 8 binaries.
+    """
+    wheels = catalog_wheels(catalog)
+    candidates = [
+        (_version_key(str(v)), wheels[f"{entry['wheel']['package']}=={entry['wheel']['version']}"])
+        for v, entry in catalog.get("tensorrt", {}).items()
+        if entry.get("wheel")
+    ]
+    if not candidates:
+        raise FixtureError("catalog/stacks.yml has no tensorrt wheel to build the TensorRT tarball from")
+    return max(candidates, key=lambda c: c[0])[1]
+
+
 def plan(catalog: dict[str, Any]) -> list[Fixture]:
-    """The fixtures the catalog calls for: every CUDA runfile, cuDNN tarball and NCCL tarball."""
+    """The fixtures the catalog calls for: every CUDA runfile and cuDNN, NCCL and TensorRT tarball."""
     cuda_wheels = catalog_wheels(catalog)
     missing = [p for p in CUDA_TOOLKIT_WHEELS if p not in cuda_wheels]
     if missing:
@@ -485,6 +521,22 @@ def plan(catalog: dict[str, Any]) -> list[Fixture]:
                         entry,
                     )
                 )
+    for version, entry in catalog.get("tensorrt", {}).items():
+        art = entry.get("tarball")
+        if art:
+            fixtures.append(
+                Fixture(
+                    "tensorrt_tarball",
+                    str(version),
+                    str(version),
+                    art["file"],
+                    art["source"],
+                    art["path"],
+                    (_tensorrt_wheel(catalog),),
+                    # The Python tag decides which binding goes into python/ (it is not in the entry).
+                    {**entry, "fixture_python_tag": fixture_python_tag(catalog)},
+                )
+            )
     return fixtures
 
 
@@ -573,6 +625,117 @@ def nccl_members(fixture: Fixture, wheel_path: Path) -> list[Member]:
         members += versioned_library(wheel_path, name, release_of(wheel.version), f"{top}/lib")
     note = FIXTURE_NOTE.format(file=fixture.file, wheel=wheel.file, reports=nccl_reports(wheel))
     members.append(text_member(f"{top}/LICENSE.txt", note + "\n" + wheel_text(wheel_path, "License.txt")))
+    return members
+
+
+# --- the TensorRT tarball ----------------------------------------------------------------------
+
+# The zip entries' time stamp in the fixture's Python wheels (zip cannot store FIXED_MTIME's zone).
+WHEEL_DATE = (2020, 10, 12, 0, 0, 0)
+
+FIXTURE_PACKAGE = """\"\"\"TEST FIXTURE - NOT NVIDIA's {name} {version}.
+
+Built by testbed/fixtures.py (see testbed/FIXTURES.md) for the TensorRT tarball fixture: NVIDIA ships
+{name} only inside the login-walled TensorRT tarball, not on PyPI. This package holds no code of
+NVIDIA's; it lets the installer's steps (pip install, import, version) run against the fixture.
+\"\"\"
+
+__version__ = "{version}"
+FIXTURE = True
+"""
+
+
+def tensorrt_reports(wheel: Wheel) -> int:
+    """What getInferLibVersion() returns for the wheel's libnvinfer (NV_TENSORRT_VERSION: 8401 for 8.4.1)."""
+    major, minor, patch = (int(p) for p in release_of(wheel.version).split("."))
+    return major * 1000 + minor * 100 + patch
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def wheel_bytes(file: str, files: dict[str, tuple[bytes, int]], summary: str) -> bytes:
+    """A reproducible wheel named `file` with `files` ({path: (data, mode)}) and its dist-info."""
+    name, version, *tags = file[: -len(".whl")].split("-")
+    dist = f"{name}-{version}.dist-info"
+    pure = tags[-1] == "any"
+    meta = {
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {summary}\n",
+        f"{dist}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: msgpu testbed/fixtures.py\n"
+            f"Root-Is-Purelib: {str(pure).lower()}\nTag: {'-'.join(tags)}\n"
+        ),
+        f"{dist}/top_level.txt": f"{name}\n",
+    }
+    entries = {**files, **{path: (text.encode(), 0o644) for path, text in meta.items()}}
+    record = [f"{path},{_record_hash(data)},{len(data)}" for path, (data, _) in sorted(entries.items())]
+    entries[f"{dist}/RECORD"] = (("\n".join([*record, f"{dist}/RECORD,,"]) + "\n").encode(), 0o644)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for path, (data, mode) in sorted(entries.items()):
+            info = zipfile.ZipInfo(path, WHEEL_DATE)
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data, compresslevel=GZIP_LEVEL)
+    return out.getvalue()
+
+
+def tensorrt_python_wheels(fixture: Fixture, wheel_path: Path, top: str) -> list[Member]:
+    """The tarball's Python wheels (catalog `python_wheels`): TensorRT's binding and three stand-ins.
+
+    tensorrt-*.whl holds the real binding (tensorrt/tensorrt.so, NVIDIA's tensorrt/__init__.py) of the
+    nvidia-tensorrt wheel, without the libraries: like NVIDIA's, it finds them through LD_LIBRARY_PATH.
+    uff, graphsurgeon and onnx_graphsurgeon are not on PyPI (onnx-graphsurgeon only from 0.5 on):
+    their wheels are fixture packages that say so.
+    """
+    tag = fixture.entry["fixture_python_tag"]
+    members = []
+    for pattern in fixture.entry["tarball"].get("python_wheels", []):
+        path = pattern.replace("{tag}", tag)
+        file = Path(path).name
+        name, version = file.split("-")[:2]
+        if name == "tensorrt":
+            with zipfile.ZipFile(wheel_path) as archive:
+                files = {
+                    n: (archive.read(n), 0o755 if n.endswith(".so") else 0o644)
+                    for n in ("tensorrt/__init__.py", "tensorrt/tensorrt.so")
+                }
+            summary = f"TEST FIXTURE: TensorRT's Python binding from {fixture.wheels[0].file}"
+        else:
+            files = {f"{name}/__init__.py": (FIXTURE_PACKAGE.format(name=name, version=version).encode(), 0o644)}
+            summary = f"TEST FIXTURE: stands in for NVIDIA's {name} {version} (no NVIDIA code)"
+        members.append(Member(name=f"{top}/{path}", data=wheel_bytes(file, files, summary)))
+    return members
+
+
+def tensorrt_members(fixture: Fixture, wheel_path: Path) -> list[Member]:
+    """TensorRT tarball: `TensorRT-<version>/{lib,python,uff,graphsurgeon,onnx_graphsurgeon,doc}`.
+
+    lib/ has every library of the nvidia-tensorrt wheel as NVIDIA's tarballs name them: the real file
+    lib*.so.X.Y.Z with .so.MAJOR and .so symlinks (the wheel has lib*.so.MAJOR; libmyelin three
+    copies). No headers: the wheel has none.
+    """
+    wheel = fixture.wheels[0]
+    top = f"TensorRT-{fixture.version}"
+    by_base: dict[str, list[str]] = {}
+    for name in wheel_files(wheel_path, "tensorrt/"):
+        if ".so" in Path(name).name and not name.endswith("tensorrt.so"):
+            by_base.setdefault(Path(name).name.split(".so")[0], []).append(name)
+    members = []
+    for names in by_base.values():
+        real = max(names, key=len)
+        suffix = Path(real).name.split(".so")[1]  # ".8", ".1.5.171", ".8.4.1" or ""
+        if suffix.count(".") == 1:
+            members += versioned_library(wheel_path, real, release_of(wheel.version), f"{top}/lib")
+            continue
+        members.append(from_wheel(f"{top}/lib/{Path(real).name}", wheel_path, real, 0o755))
+        links = sorted((Path(n).name for n in names if n != real), key=len, reverse=True)
+        for link, target in zip(links, [Path(real).name, *links]):
+            members.append(symlink(f"{top}/lib/{link}", target))
+    members += tensorrt_python_wheels(fixture, wheel_path, top)
+    note = FIXTURE_NOTE.format(file=fixture.file, wheel=wheel.file, reports=tensorrt_reports(wheel))
+    members.append(text_member(f"{top}/doc/TensorRT-SLA.txt", note + "\n" + wheel_text(wheel_path, "LICENSE.txt")))
     return members
 
 
@@ -827,6 +990,8 @@ def _build_tarball(fixture: Fixture, paths: dict[str, Path], dest: Path) -> str:
     wheel_path = paths[fixture.wheels[0].file]
     if fixture.kind == "cudnn_tarball":
         members = cudnn_members(fixture, wheel_path)
+    elif fixture.kind == "tensorrt_tarball":
+        members = tensorrt_members(fixture, wheel_path)
     else:
         members = nccl_members(fixture, wheel_path)
     _, compression = _split_suffix(fixture.file)
@@ -839,6 +1004,8 @@ def reports_version(fixture: Fixture) -> str | int:
         return fixture.full_version  # `nvcc --version` (the stub) says V<full_version>
     if fixture.kind == "cudnn_tarball":
         return cudnn_reports(fixture.wheels[0])  # cudnnGetVersion()
+    if fixture.kind == "tensorrt_tarball":
+        return tensorrt_reports(fixture.wheels[0])  # getInferLibVersion()
     return nccl_reports(fixture.wheels[0])  # ncclGetVersion()
 
 

@@ -8,6 +8,7 @@ builds the mirror (a minute or two); later runs reuse both.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -19,17 +20,19 @@ import tarfile
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from testbed import fixtures, mirror
+from testbed import driver_fixture, fixtures, mirror
 
 ELF_MAGIC = b"\x7fELF"
 CATALOG = fixtures.load_catalog()
 CUDNN_TARBALLS = sorted(e["tarball"]["file"] for e in CATALOG["cudnn"].values() if "tarball" in e)
 NCCL_TARBALLS = sorted(e["tarball"]["file"] for e in CATALOG["nccl"].values() if "tarball" in e)
+TENSORRT_TARBALLS = sorted(e["tarball"]["file"] for e in CATALOG["tensorrt"].values() if "tarball" in e)
 
 
 # --- shared state --------------------------------------------------------------------------------
@@ -90,6 +93,9 @@ lib = ctypes.CDLL(library)
 if kind == "cudnn":
     lib.cudnnGetVersion.restype = ctypes.c_size_t
     print(lib.cudnnGetVersion())
+elif kind == "tensorrt":
+    lib.getInferLibVersion.restype = ctypes.c_int32
+    print(lib.getInferLibVersion())
 else:
     version = ctypes.c_int()
     assert lib.ncclGetVersion(ctypes.byref(version)) == 0
@@ -126,7 +132,7 @@ def assert_reproducible_headers(members: dict[str, tarfile.TarInfo]) -> None:
 
 def test_manifest_covers_every_runfile_and_tarball_of_the_catalog(catalog, mirror_root, manifest):
     expected = {entry["runfile"]["file"] for entry in catalog["cuda"].values() if "runfile" in entry}
-    for component in ("cudnn", "nccl"):
+    for component in ("cudnn", "nccl", "tensorrt"):
         expected |= {entry["tarball"]["file"] for entry in catalog[component].values() if "tarball" in entry}
     assert set(manifest) == expected
     pinned_wheels = {w.file for w in fixtures.catalog_wheels(catalog).values()}
@@ -143,8 +149,15 @@ def test_inventory_vars_point_the_resolver_at_the_mirror(stack_catalog, catalog,
     assert variables["stack_sources"] == {
         "nvidia_developer": "http://127.0.0.1:8123/nvidia_developer",
         "nvidia_driver": "http://127.0.0.1:8123/nvidia_driver",
+        "nvidia_cuda_repo": "http://127.0.0.1:8123/nvidia_cuda_repo",
     }
-    assert variables["stack_artifact_checksums"] == {name: e["sha256"] for name, e in manifest.items()}
+    # The fixtures of the extra builders (the driver runfile) are pinned too; the apt repository is
+    # trusted through its key instead.
+    assert variables["stack_artifact_checksums"] == {
+        **{name: e["sha256"] for name, e in manifest.items()},
+        **{name: e["sha256"] for name, e in driver_fixture.read_manifest(mirror_root).items()},
+    }
+    assert len(variables["nvidia_repo_key_fingerprint"]) == 40
     settings = {
         "sources": variables["stack_sources"],
         "artifact_checksums": {**pinned, **variables["stack_artifact_checksums"]},
@@ -296,6 +309,54 @@ def test_nccl_tarball_has_nvidias_layout_and_reports_its_real_version(name, tmp_
     assert members[f"{top}/lib/libnccl.so.2"].linkname == real
     assert members[f"{top}/lib/libnccl.so"].linkname == "libnccl.so.2"
     assert probe_version("nccl", tmp_path / top / "lib" / "libnccl.so.2", []) == entry["reports_version"]
+
+
+# --- the TensorRT tarball ------------------------------------------------------------------------
+
+
+def wheel_record_is_valid(data: bytes) -> dict[str, bytes]:
+    """A wheel's files, after checking every RECORD line's sha256 and size (what pip checks)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    record = next(name for name in files if name.endswith(".dist-info/RECORD"))
+    for line in files[record].decode().splitlines():
+        path, digest, size = line.rsplit(",", 2)
+        if path == record:
+            continue
+        expected = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(files[path]).digest()).rstrip(b"=").decode()
+        assert (digest, int(size)) == (expected, len(files[path])), path
+    return files
+
+
+@pytest.mark.parametrize("name", TENSORRT_TARBALLS)
+def test_tensorrt_tarball_has_nvidias_layout_and_reports_its_real_version(name, tmp_path, mirror_root, manifest):
+    entry = manifest[name]
+    top = f"TensorRT-{entry['catalog_version']}"
+    members = read_tarball(
+        fixture_path(mirror_root, entry), tmp_path, lambda n: "/lib/libnvinfer.so" in n or n.endswith((".whl", ".txt"))
+    )
+    assert_reproducible_headers(members)
+    release = fixtures.release_of(entry["real_version"])
+    major = release.split(".")[0]
+    for library in ("libnvinfer", "libnvinfer_plugin", "libnvonnxparser", "libnvparsers"):
+        assert members[f"{top}/lib/{library}.so.{release}"].isfile(), library
+        assert members[f"{top}/lib/{library}.so.{major}"].linkname == f"{library}.so.{release}"
+        assert members[f"{top}/lib/{library}.so"].linkname == f"{library}.so.{major}"
+    assert members[f"{top}/lib/libnvinfer_builder_resource.so.{release}"].isfile()
+    assert (tmp_path / top / "doc" / "TensorRT-SLA.txt").read_text().startswith("TEST FIXTURE")
+    library = tmp_path / top / "lib" / f"libnvinfer.so.{major}"
+    assert probe_version("tensorrt", library, []) == entry["reports_version"]
+    tag = fixtures.fixture_python_tag(CATALOG)
+    for pattern in CATALOG["tensorrt"][entry["catalog_version"]]["tarball"]["python_wheels"]:
+        wheel = tmp_path / top / pattern.replace("{tag}", tag)
+        dist, version = wheel.name.split("-")[:2]
+        files = wheel_record_is_valid(wheel.read_bytes())
+        assert f"Version: {version}\n" in files[f"{dist}-{version}.dist-info/METADATA"].decode()
+        if dist == "tensorrt":
+            assert files["tensorrt/tensorrt.so"].startswith(ELF_MAGIC)
+            assert f'__version__ = "{entry["real_version"]}"' in files["tensorrt/__init__.py"].decode()
+        else:
+            assert "TEST FIXTURE" in files[f"{dist}/__init__.py"].decode()
 
 
 # --- the mirror ----------------------------------------------------------------------------------
