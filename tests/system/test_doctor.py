@@ -51,16 +51,6 @@ FIXTURE_WARNING = "library-missing:libnvrtc.so.11.1"
 MINDSPORE_USER = "msgpu"  # the mindspore role's default mindspore_user
 
 
-@pytest.fixture(scope="module")
-def inventory() -> Path:
-    value = os.environ.get("MSGPU_VERIFY_INVENTORY", "")
-    if not value or not Path(value).is_file():
-        pytest.fail(
-            "MSGPU_VERIFY_INVENTORY must name the inventory of a provisioned sandbox host (set by ./toolkit test)"
-        )
-    return Path(value)
-
-
 def _env() -> dict[str, str]:
     return {
         **os.environ,

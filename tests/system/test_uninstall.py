@@ -8,7 +8,6 @@ versions come from the catalog (the default stack), as the roles take them.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
@@ -24,14 +23,6 @@ DRIVER_PACKAGES = CATALOG["driver"][STACK["driver_branch"]]["distro"]["packages"
 CUDA = STACK["cuda"]
 OPENMPI_PACKAGES = CATALOG["openmpi"][STACK["openmpi"]]["distro"]["ubuntu-20.04"]
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-
-
-@pytest.fixture(scope="module")
-def inventory() -> Path:
-    value = os.environ.get("MSGPU_VERIFY_INVENTORY", "")
-    if not value or not Path(value).is_file():
-        pytest.fail("MSGPU_VERIFY_INVENTORY must name the inventory of a provisioned sandbox host (./toolkit test)")
-    return Path(value)
 
 
 @pytest.fixture(scope="module")

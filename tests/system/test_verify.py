@@ -20,16 +20,6 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 
-@pytest.fixture(scope="module")
-def inventory() -> Path:
-    value = os.environ.get("MSGPU_VERIFY_INVENTORY", "")
-    if not value or not Path(value).is_file():
-        pytest.fail(
-            "MSGPU_VERIFY_INVENTORY must name the inventory of a provisioned sandbox host (set by ./toolkit test)"
-        )
-    return Path(value)
-
-
 def run_verify(inventory: Path, results: Path, extra_vars: dict) -> tuple[subprocess.CompletedProcess, float]:
     env = {
         **os.environ,
