@@ -113,3 +113,16 @@ def test_bench_cli_reports_a_data_problem_as_json(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 1
     assert "neither a folder nor" in json.loads(out.read_text())["error"]
+
+
+def test_a_judge_left_out_on_purpose_is_not_run_not_missing():
+    sys.path.insert(0, str(ROOT / "verify"))
+    from msgpu_verify import report
+
+    row = report.host_row(
+        {"host": "gpu04", "requested": {"judge": False, "bench": True}, "judge": None, "bench": bench(7000.0, 3500.0)}
+    )
+    assert row["verdict"] == "NOT_RUN" and row["explanation"] == "judge not run (verify_judge: false)"
+    assert row["images_per_s"] == 7000.0
+    failed = report.host_row({"host": "gpu05", "requested": {"judge": True, "bench": True}, "judge": None})
+    assert failed["verdict"] == "MISSING"

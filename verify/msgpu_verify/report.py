@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
-VERDICT_COLOURS = {"OK": "#2ca02c", "NO_GPU": "#ff7f0e", "HANG": "#9467bd"}
+VERDICT_COLOURS = {"OK": "#2ca02c", "NO_GPU": "#ff7f0e", "HANG": "#9467bd", "NOT_RUN": "#7f7f7f"}
 
 
 def load_results(folder: Path) -> List[Dict[str, Any]]:
@@ -42,13 +42,18 @@ def host_row(result: Dict[str, Any]) -> Dict[str, Any]:
     bench = result.get("bench") or {}
     steps = bench.get("step_time_ms") or {}
     seed = bench.get("seed") or {}
-    explanation = judge.get("explanation") or result.get("error") or "no judge result (the host failed earlier)"
+    # A judge left out on purpose (verify_judge: false, as `./toolkit bench` does) is not a failure.
+    skipped = not judge and (result.get("requested") or {}).get("judge") is False
+    if skipped:
+        explanation = "judge not run (verify_judge: false)"
+    else:
+        explanation = judge.get("explanation") or result.get("error") or "no judge result (the host failed earlier)"
     if bench.get("error"):
         explanation += " Benchmark: " + str(bench["error"])
     return {
         "host": str(result.get("host")),
         "stack": (result.get("stack") or {}).get("name") if isinstance(result.get("stack"), dict) else None,
-        "verdict": judge.get("verdict") or "MISSING",
+        "verdict": judge.get("verdict") or ("NOT_RUN" if skipped else "MISSING"),
         "explanation": explanation,
         "hint": judge.get("hint"),
         "device": bench.get("device") or judge.get("device"),
