@@ -63,6 +63,9 @@ def state(host: str) -> dict[str, object]:
         "openmpi": installed(OPENMPI_PACKAGES),
         "venvs": on_host(host, "ls -d /home/*/venvs/mindspore-* 2>/dev/null || true").stdout.split(),
         "mindspore_env": on_host(host, "ls /etc/msgpu/env/mindspore-*.sh 2>/dev/null || true").stdout.split(),
+        "tensorrt": on_host(
+            host, "ls -d /usr/local/TensorRT-* /etc/msgpu/env/tensorrt-*.sh 2>/dev/null || true"
+        ).stdout.split(),
     }
 
 
@@ -140,6 +143,11 @@ def test_no_cudnn_nccl_or_marker_file_is_left_under_usr_local(after):
 def test_openmpi_and_the_mindspore_venv_are_gone(after):
     assert after["openmpi"] == [], after
     assert after["venvs"] == [] and after["mindspore_env"] == [], after
+
+
+def test_tensorrt_is_gone(before, after):
+    print(f"TensorRT before the uninstall: {before['tensorrt'] or 'not installed'}")
+    assert after["tensorrt"] == [], after["tensorrt"]
 
 
 def test_a_second_uninstall_changes_nothing(second):

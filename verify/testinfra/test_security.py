@@ -15,7 +15,7 @@ ROOT_TREES = [
     "/etc/msgpu",
     "/var/cache/msgpu",
     "/usr/local/cuda-*",
-    "/opt/tensorrt",
+    "/usr/local/TensorRT-*",
     "/etc/modprobe.d/blacklist-nouveau.conf",
     "/etc/apt/sources.list.d",
     "/usr/share/keyrings",
