@@ -30,8 +30,10 @@ def test_good_configuration_passes_and_changes_nothing(focal_host, inventory_for
     assert focal_host.fingerprint() == before
 
 
-# apt's package lists are refreshed even in --check (metadata the dry run needs to know the packages).
-APT_METADATA = ("/var/lib/apt/lists", "/var/cache/apt")
+# Bookkeeping, not state: apt's package lists are refreshed even in --check (metadata the dry run
+# needs to know the packages), apt logs its simulated installs (eipp.log.xz), and Ansible keeps its
+# async job status in ~/.ansible_async (as it keeps its temp files in ~/.ansible).
+APT_METADATA = ("/var/lib/apt/lists", "/var/cache/apt", "/var/log/apt/eipp.log.xz", "/root/.ansible_async")
 
 
 def _without_apt_metadata(fingerprint: str) -> list[str]:
