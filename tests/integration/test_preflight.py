@@ -4,6 +4,7 @@ message that names the variable, and in every case the host is left exactly as i
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -11,7 +12,7 @@ import yaml
 import tasks
 from tests.conftest import RESOLVER_REFUSALS, ROOT, unpinned_files
 
-from .conftest import run_playbook
+from .conftest import Host, run_playbook
 
 # The stand-in checksums the test inventories carry, less those of the vendor's MindSpore wheels.
 _NVIDIA_ONLY = {
@@ -158,3 +159,15 @@ def test_bad_global_setting_stops_every_host(focal_host, bullseye_host, inventor
     result = run_playbook("site.yml", inventory_for(focal_host, bullseye_host), {"stack_name": "nope"})
     assert result.rc != 0
     assert "Gather the facts the checks need" not in result.output
+
+
+def test_an_unreachable_host_does_not_stop_the_others(focal_host, inventory_for):
+    """One host of the fleet is down (a container that does not exist): the others run to the end and
+    the recap names the unreachable one; the run's exit status says something went wrong."""
+    gone = Host("msgpu-it-gone")
+    result = run_playbook("preflight.yml", inventory_for(focal_host, gone))
+    assert result.rc != 0, result.output[-3000:]
+    recap = dict(re.findall(r"^(msgpu-it-\S+)\s*:\s*(ok=.*)$", result.output, re.M))
+    assert re.search(r"unreachable=1\b", recap.get(gone.name, "")), result.output[-3000:]
+    assert re.search(r"unreachable=0\s+failed=0\b", recap.get(focal_host.name, "")), result.output[-3000:]
+    assert "ms1.5-cuda11.1: mindspore-gpu 1.5.1 (cp38)" in result.output
