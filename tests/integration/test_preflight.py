@@ -32,9 +32,9 @@ def test_good_configuration_passes_and_changes_nothing(focal_host, inventory_for
 
 
 # Bookkeeping, not state: apt's package lists are refreshed even in --check (metadata the dry run
-# needs to know the packages), apt logs its simulated installs (eipp.log.xz), and Ansible keeps its
+# needs to know the packages), apt logs its simulated installs (/var/log/apt), and Ansible keeps its
 # async job status in ~/.ansible_async (as it keeps its temp files in ~/.ansible).
-APT_METADATA = ("/var/lib/apt/lists", "/var/cache/apt", "/var/log/apt/eipp.log.xz", "/root/.ansible_async")
+APT_METADATA = ("/var/lib/apt/lists", "/var/cache/apt", "/var/log/apt", "/root/.ansible_async")
 
 
 def _without_apt_metadata(fingerprint: str) -> list[str]:
