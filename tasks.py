@@ -109,8 +109,8 @@ def lint(c: Context) -> None:
 # container, converges again demanding changed=0, and runs the testinfra modules.
 SCENARIOS = {
     "default": "the seed's stack: distro driver with real DKMS (+ a kernel upgrade), CUDA runfile, "
-    "cuDNN and NCCL tarballs (fixtures), OpenMPI, the MindSpore venv; then verify.yml on it",
-    "wheels": "cuDNN 8.5 and NCCL 2.14 from NVIDIA's real PyPI wheels into the CUDA tree",
+    "cuDNN and NCCL tarballs (fixtures), OpenMPI, the MindSpore venv, TensorRT's tarball; then the system tests on it",
+    "wheels": "cuDNN 8.5, NCCL 2.14 and TensorRT 8.4 from NVIDIA's real PyPI wheels",
     "nvidia_repo": "NVIDIA's CUDA apt repository (a signed fixture repo on loopback, signed-by keyring): "
     "cuda-drivers with real DKMS, two cuda-toolkit-11-x side by side, libcudnn8, libnccl2",
     "runfile": "the driver's runfile --silent --dkms (fixture from Ubuntu's real NVIDIA sources and "
