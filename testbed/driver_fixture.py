@@ -54,46 +54,36 @@ class Deb:
         return f"{self.package}_{self.version}_amd64.deb"
 
 
-# The driver branch these packages carry, and its real release. The sha256 values are the Ubuntu
-# archive's (the `SHA256:` of `apt-cache show PACKAGE=VERSION` in focal-updates, restricted).
-BRANCH = "470"
-REAL_VERSION = "470.256.02"
-_UBUNTU_VERSION = f"{REAL_VERSION}-0ubuntu0.20.04.1"
-DEBS = (
-    Deb(
-        "nvidia-kernel-source-470", _UBUNTU_VERSION, "a4880d499a8a7691a75a11dbac13c4f50fddca524b8b5a212cd9cc4a2cb946f8"
-    ),
-    Deb("nvidia-dkms-470", _UBUNTU_VERSION, "d79dcb1bcd74f7aa06f223e4a89009912a16321eafa90b95192582f166c78ffa"),
-    Deb("libnvidia-compute-470", _UBUNTU_VERSION, "106440c55e219ebc9e8949be00cf7e4d834bec806ea0b8e665db26f901084953"),
-    Deb("nvidia-utils-470", _UBUNTU_VERSION, "c556e97dba8014036c6007f99cfaa43b0ec6a622fe62ac579401e88b008f51c1"),
-    Deb(
-        "nvidia-compute-utils-470", _UBUNTU_VERSION, "ff7a4ed17d9e99b1615380d65c94245524cf64087e6be5169c8a608e57cac30f"
-    ),
+# The driver branch these packages carry, its real release and the packages with their sha256: from
+# the catalog's `driver_fixture_debs` (versions live only in the catalog).
+_PINS = fixtures.load_catalog()["driver_fixture_debs"]
+BRANCH = str(_PINS["branch"])
+REAL_VERSION = str(_PINS["release"])
+DEBS = tuple(Deb(package, str(_PINS["ubuntu_version"]), sha256) for package, sha256 in _PINS["sha256"].items())
+_COMPUTE, _UTILS, _COMPUTE_UTILS = (
+    f"{name}-{BRANCH}" for name in ("libnvidia-compute", "nvidia-utils", "nvidia-compute-utils")
 )
 
 # User-space files taken from the packages: (package, path in the package, destination on the host).
 # The OpenCL ICD (libnvidia-opencl, libnvidia-compiler) is left out: nothing in the stack uses it.
 LIBRARIES = (
-    ("libnvidia-compute-470", f"usr/lib/x86_64-linux-gnu/libcuda.so.{REAL_VERSION}"),
-    ("libnvidia-compute-470", f"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{REAL_VERSION}"),
-    ("libnvidia-compute-470", f"usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.{REAL_VERSION}"),
-    ("libnvidia-compute-470", "usr/lib/x86_64-linux-gnu/libnvidia-nvvm.so.4.0.0"),
+    (_COMPUTE, f"usr/lib/x86_64-linux-gnu/libcuda.so.{REAL_VERSION}"),
+    (_COMPUTE, f"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{REAL_VERSION}"),
+    (_COMPUTE, f"usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.{REAL_VERSION}"),
+    (_COMPUTE, "usr/lib/x86_64-linux-gnu/libnvidia-nvvm.so.4.0.0"),
 )
 PROGRAMS = (
-    ("nvidia-utils-470", "usr/bin/nvidia-smi"),
-    ("nvidia-utils-470", "usr/bin/nvidia-debugdump"),
-    ("nvidia-compute-utils-470", "usr/bin/nvidia-persistenced"),
-    ("nvidia-compute-utils-470", "usr/bin/nvidia-cuda-mps-control"),
-    ("nvidia-compute-utils-470", "usr/bin/nvidia-cuda-mps-server"),
+    (_UTILS, "usr/bin/nvidia-smi"),
+    (_UTILS, "usr/bin/nvidia-debugdump"),
+    (_COMPUTE_UTILS, "usr/bin/nvidia-persistenced"),
+    (_COMPUTE_UTILS, "usr/bin/nvidia-cuda-mps-control"),
+    (_COMPUTE_UTILS, "usr/bin/nvidia-cuda-mps-server"),
 )
-PERSISTENCED_SAMPLES = (
-    "nvidia-compute-utils-470",
-    "usr/share/doc/nvidia-compute-utils-470/nvidia-persistenced-init.tar.bz2",
-)
-LICENSE = ("libnvidia-compute-470", "usr/share/doc/libnvidia-compute-470/copyright")
+PERSISTENCED_SAMPLES = (_COMPUTE_UTILS, f"usr/share/doc/{_COMPUTE_UTILS}/nvidia-persistenced-init.tar.bz2")
+LICENSE = (_COMPUTE, f"usr/share/doc/{_COMPUTE}/copyright")
 KERNEL_SOURCES = (
-    ("nvidia-kernel-source-470", f"usr/src/nvidia-{REAL_VERSION}/"),
-    ("nvidia-dkms-470", f"usr/src/nvidia-{REAL_VERSION}/"),
+    (f"nvidia-kernel-source-{BRANCH}", f"usr/src/nvidia-{REAL_VERSION}/"),
+    (f"nvidia-dkms-{BRANCH}", f"usr/src/nvidia-{REAL_VERSION}/"),
 )
 
 
