@@ -8,10 +8,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import shutil
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +32,8 @@ from testbed import fixtures, mirror, sandbox  # noqa: E402  (needs ROOT on sys.
 VENV_BIN = Path(sys.prefix) / "bin"
 SANDBOX_HOST = "msgpu-sandbox-1"
 SANDBOX_INVENTORY = sandbox.CACHE / "sandbox" / "inventory.yml"
+# The test bed's controller-side artifact cache (stack_artifact_cache_dir).
+ARTIFACT_CACHE = sandbox.CACHE / "artifact-cache"
 MOLECULE_VARS = sandbox.CACHE / "molecule"
 
 
@@ -193,6 +199,9 @@ def _sandbox_group_vars(root: Path, mirror_vars: dict) -> dict:
         "cudnn_expected_version": reports["cudnn_tarball"],
         "nccl_expected_version": reports["nccl_tarball"],
         "tensorrt_expected_version": reports["tensorrt_tarball"],
+        # The controller's artifact cache, as on a user's controller: every file fetched once from the
+        # fixture mirror (or PyPI), then copied to the hosts.
+        "stack_artifact_cache_dir": str(ARTIFACT_CACHE),
     }
 
 
@@ -266,12 +275,17 @@ def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "") 
         "limit": "Ansible --limit pattern.",
         "check": "Dry run: ansible-playbook --check --diff.",
         "extra": 'Extra ansible-playbook arguments, e.g. "-e stack_cudnn_method=wheel".',
+        "batch": "Rolling mode: provision this many hosts at a time, stop at the first failed batch (0: all at once).",
     }
 )
-def provision(c: Context, inventory: str = "", limit: str = "", check: bool = False, extra: str = "") -> None:
+def provision(
+    c: Context, inventory: str = "", limit: str = "", check: bool = False, extra: str = "", batch: int = 0
+) -> None:
     """Provision the GPU stack with playbooks/site.yml (a local sandbox host when no inventory is given)."""
+    if batch < 0:
+        raise Exit(f"--batch: '{batch}' is not allowed; allowed: 0 (all hosts at once) or a positive number", code=2)
     args = ["ansible-playbook", "-i", "INVENTORY", "playbooks/site.yml"]
-    if limit:
+    if limit and not batch:
         args += ["--limit", limit]
     if check:
         args += ["--check", "--diff"]
@@ -280,7 +294,10 @@ def provision(c: Context, inventory: str = "", limit: str = "", check: bool = Fa
             raise Exit(f"--inventory: '{inventory}' does not exist (copy inventory/example to start one)", code=2)
         args[2] = inventory
         cmd = " ".join(shlex.quote(a) for a in args) + (f" {extra}" if extra else "")
-        _run(c, cmd, what="ansible-playbook site.yml")
+        if batch:
+            _rolling(c, cmd, inventory, limit, batch)
+        else:
+            _run(c, cmd, what="ansible-playbook site.yml")
         return
     print(f"No inventory given: provisioning the local sandbox host {SANDBOX_HOST} (no GPU), with NVIDIA's")
     print("downloads served from a loopback mirror of fixtures built from NVIDIA's PyPI wheels.")
@@ -289,6 +306,39 @@ def provision(c: Context, inventory: str = "", limit: str = "", check: bool = Fa
         cmd = " ".join(shlex.quote(a) for a in args) + (f" {extra}" if extra else "")
         _run(c, cmd, what="ansible-playbook site.yml")
     print("Done. Look around with: ./toolkit sandbox shell   (then: source /etc/msgpu/env/cuda-*.sh; nvcc --version)")
+
+
+def _fleet_hosts(inventory: str, limit: str) -> list[str]:
+    """The inventory's hosts of the provisioned group (gpu_servers), in inventory order, within --limit."""
+    args = [str(VENV_BIN / "ansible"), "-i", inventory, "gpu_servers", "--list-hosts"]
+    if limit:
+        args += ["--limit", limit]
+    result = subprocess.run(args, capture_output=True, text=True, env=_env(), cwd=ROOT)
+    if result.returncode != 0:
+        raise Exit(f"could not list the hosts of {inventory}: {result.stderr.strip()[-500:]}", code=2)
+    return [line.strip() for line in result.stdout.splitlines()[1:] if line.strip()]
+
+
+def _rolling(c: Context, cmd: str, inventory: str, limit: str, batch: int) -> None:
+    """Run `cmd` on `batch` hosts at a time; stop at the first batch with a failed or unreachable host."""
+    hosts = _fleet_hosts(inventory, limit)
+    batches = [hosts[i : i + batch] for i in range(0, len(hosts), batch)]
+    for number, group in enumerate(batches, 1):
+        try:
+            _run(
+                c,
+                f"{cmd} --limit {shlex.quote(','.join(group))}",
+                what=f"batch {number}/{len(batches)}: {', '.join(group)}",
+            )
+        except Exit as exc:
+            untouched = [h for later in batches[number:] for h in later]
+            raise Exit(
+                f"{exc.message}\nRolling run stopped at batch {number} of {len(batches)} ({', '.join(group)}); "
+                f"not started: {', '.join(untouched) or 'none'}. Fix the host, then run again (finished hosts re-run "
+                "with no changes).",
+                code=1,
+            ) from exc
+    print(f"Rolling run: {len(hosts)} hosts in {len(batches)} batches of up to {batch}, all finished.")
 
 
 # Each component's playbook (its tag) and the variable that sets its role's state; `uninstall` sets
@@ -466,7 +516,66 @@ def sandbox_host(c: Context, action: str) -> None:
         raise Exit(f"sandbox: unknown action '{action}'; allowed: up, down, shell, status", code=2)
 
 
-namespace = Collection(setup, lint, test, provision, uninstall, verify, bench)
+def _seed_mnist(cache: Path) -> None:
+    """The test bed cannot reach MNIST's download server: its real copy (../shared/data/mnist) goes into
+    the cache, where the filler checks it against the catalog's sha256 like a download."""
+    if MNIST_LOCAL.is_dir():
+        (cache / "mnist").mkdir(parents=True, exist_ok=True)
+        for path in MNIST_LOCAL.glob("*.gz"):
+            if not (cache / "mnist" / path.name).exists():
+                shutil.copy(path, cache / "mnist" / path.name)
+
+
+def _follow(path: Path, stop: threading.Event) -> None:
+    """Print the lines appended to `path` until `stop` is set (the cache filler's progress)."""
+    position = path.stat().st_size if path.exists() else 0
+    while not stop.wait(1.0):
+        if path.exists() and path.stat().st_size > position:
+            with open(path) as log:
+                log.seek(position)
+                sys.stdout.write(log.read())
+                position = log.tell()
+            sys.stdout.flush()
+
+
+@task(
+    help={
+        "inventory": "Inventory of the site to fetch for (its stack settings); without it the sandbox's.",
+        "cache": "The cache folder (default: the inventory's stack_artifact_cache_dir, else ~/.cache/msgpu/artifacts).",
+        "extra": 'Extra ansible-playbook arguments, e.g. "-e stack_tensorrt_enabled=true".',
+    }
+)
+def fetch(c: Context, inventory: str = "", cache: str = "", extra: str = "") -> None:
+    """Fill the controller's artifact cache with every file the inventory's hosts need (hosts are not contacted).
+
+    For an air-gapped site: run it where the internet is reachable, copy the folder to the site's controller, and
+    provision there with stack_offline: true (a missing file then stops the run before any host changes).
+    """
+    extra_vars = {"stack_artifact_cache_dir": str(Path(cache).resolve())} if cache else {}
+    folder = Path(cache).resolve() if cache else None
+    with contextlib.ExitStack() as stack:
+        if inventory:
+            target = _target_inventory(inventory)
+        else:
+            group_vars = stack.enter_context(_fixture_mirror())
+            target = str(sandbox.write_inventory(sandbox.CACHE / "fetch" / "inventory.yml", [SANDBOX_HOST], group_vars))
+            folder = folder or Path(group_vars["stack_artifact_cache_dir"])
+            _seed_mnist(folder)
+        stop = threading.Event()
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            threading.Thread(target=_follow, args=(folder / ".fetch.log", stop), daemon=True).start()
+        try:
+            _run(
+                c,
+                _playbook_args("playbooks/fetch.yml", target, "", extra_vars, extra),
+                what="ansible-playbook fetch.yml",
+            )
+        finally:
+            stop.set()
+
+
+namespace = Collection(setup, lint, test, provision, uninstall, verify, bench, fetch)
 namespace.add_task(sandbox_host, name="sandbox")
 
 

@@ -88,7 +88,11 @@ def inventory_for(tmp_path: Path, catalog):
     only checks their form, these tests download nothing)."""
 
     def make(*hosts: Host, group_vars: dict | None = None) -> Path:
-        pinned = {"stack_artifact_checksums": {name: "ab" * 32 for name in unpinned_files(catalog)}}
+        pinned = {
+            "stack_artifact_checksums": {name: "ab" * 32 for name in unpinned_files(catalog)},
+            # Stand-in checksums cannot be fetched into the controller's cache: downloads stay per host.
+            "stack_artifact_cache_dir": "",
+        }
         names = [h.name for h in hosts]
         return sandbox.write_inventory(tmp_path / "inventory.yml", names, {**pinned, **(group_vars or {})})
 

@@ -141,7 +141,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             inventory = sandbox.write_inventory(
                 tmp_path_factory.mktemp("faults") / "inventory.yml",
                 [name],
-                tasks._sandbox_group_vars(root, fixtures.inventory_vars(root, served.base_url)),
+                # The faults are those of the host's own downloads: no controller cache in between.
+                {
+                    **tasks._sandbox_group_vars(root, fixtures.inventory_vars(root, served.base_url)),
+                    "stack_artifact_cache_dir": "",
+                },
             )
             yield Runs(host, served, inventory)
     finally:

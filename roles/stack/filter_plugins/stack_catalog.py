@@ -232,10 +232,92 @@ class _Resolver:
             name: art(dict(entry, package=name, source="pypi"))
             for name, entry in self.catalog.get("cuda_wheels", {}).items()
         }
+        self.apply_cache(resolved)
         resolved["disk_mb"] = sum(
             self.catalog["cuda"][v].get("disk_mb", 0) for v in versions if v in self.catalog["cuda"]
         ) + sum(resolved[c].get("disk_mb", 0) for c in ("cudnn", "nccl", "tensorrt"))
         return resolved
+
+    # --- the controller's artifact cache ---------------------------------------------------
+    @staticmethod
+    def chosen_artifacts(resolved: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+        """(component tag, python tag or "", artifact) for every file the chosen methods need."""
+        chosen = [("cuda", "", t["artifact"]) for t in resolved["cuda"]["toolkits"]]
+        chosen += [(c, "", resolved[c].get("artifact", {})) for c in ("cudnn", "nccl", "tensorrt")]
+        chosen.append(("nvidia_driver", "", resolved["driver"].get("artifact", {})))
+        chosen += [("mindspore", tag, wheel) for tag, wheel in resolved["mindspore"]["wheels"].items()]
+        return [(component, tag, art) for component, tag, art in chosen if art and art.get("file")]
+
+    def apply_cache(self, resolved: dict[str, Any]) -> None:
+        """List what the controller fetches once for every host, and point the roles at its copies.
+
+        With stack_artifact_cache_dir set, every pinned file the chosen methods need gets a
+        `local_path` in the cache (the roles then copy it from the controller instead of each host
+        downloading it) and an entry in `artifact_cache.downloads` (where it comes from: a URL, or a
+        package on the pip index). The files themselves are fetched by the stack role's cache.yml.
+        """
+        cache = self.setting("artifact_cache_dir", "")
+        offline = self.setting("offline", False)
+        if not isinstance(cache, str) or (cache and not os.path.isabs(cache)):
+            self.error(
+                "stack_artifact_cache_dir",
+                f"'{cache}' is not an absolute path; allowed: an absolute folder on the controller, or '' "
+                "(each host downloads its own files)",
+            )
+            cache = ""
+        if not isinstance(offline, bool):
+            self.error("stack_offline", f"'{offline}' is not a boolean; allowed: true, false")
+            offline = False
+        if offline and not cache:
+            self.error(
+                "stack_offline",
+                "an offline run installs from the controller's artifact cache, but stack_artifact_cache_dir "
+                "is empty; allowed: stack_offline: false, or a cache folder filled by `./toolkit fetch`",
+            )
+        cache = cache.rstrip("/")
+        downloads: list[dict[str, Any]] = []
+        for component, tag, art in self.chosen_artifacts(resolved):
+            if art.get("local_path") or not art.get("sha256"):
+                continue  # the user's own copy, or an unpinned file (require_checksums reported it)
+            entry = {
+                "component": component,
+                "python_tag": tag,
+                "file": art["file"],
+                "dest": art["file"],
+                "sha256": art["sha256"],
+                "size": art.get("size", 0),
+            }
+            if art.get("source") == "pypi":
+                entry.update(index_url=art.get("index_url", ""), package=art.get("package", ""))
+            else:
+                entry["url"] = art.get("url", "")
+            downloads.append(entry)
+            if cache:
+                art["local_path"] = f"{cache}/{art['file']}"
+                art["cached"] = True
+        mnist_url = resolved["mnist"]["url"]
+        for name, sha256 in resolved["mnist"]["files"].items():
+            downloads.append(
+                {
+                    "component": "mnist",
+                    "python_tag": "",
+                    "file": name,
+                    "dest": f"mnist/{name}",
+                    "sha256": sha256,
+                    "size": 0,
+                    "url": f"{mnist_url}/{name}",
+                }
+            )
+        resolved["mnist"]["cache_dir"] = f"{cache}/mnist" if cache else ""
+        resolved["artifact_cache"] = {
+            "dir": cache,
+            "offline": offline,
+            "downloads": downloads,
+            # MindSpore's dependencies for the venv, fetched as wheels for the host's Python.
+            "wheelhouse": f"{cache}/wheelhouse/{resolved['mindspore']['package']}-{resolved['mindspore']['version']}"
+            if cache
+            else "",
+        }
 
     def require_checksums(self, resolved: dict[str, Any]) -> None:
         """Every file the chosen methods download must be pinned by a checksum (or be local)."""
@@ -365,6 +447,52 @@ class _Resolver:
         }
 
 
+def cache_manifest(stacks: list[dict[str, Any]], python_tags: list[str], components: list[str]) -> list[dict[str, Any]]:
+    """The files the controller's cache must hold for these hosts: each host's resolved stack,
+    its Python tag (the MindSpore wheel is per interpreter), only the components this run installs,
+    each file once (by its place in the cache)."""
+    manifest: dict[str, dict[str, Any]] = {}
+    for stack, tag in zip(stacks, python_tags):
+        for entry in stack.get("artifact_cache", {}).get("downloads", []):
+            if entry["component"] in components and entry["python_tag"] in ("", tag):
+                manifest.setdefault(entry["dest"], entry)
+    return [manifest[dest] for dest in sorted(manifest)]
+
+
+def cache_wheelhouses(stacks: list[dict[str, Any]], python_tags: list[str], components: list[str]) -> list[dict]:
+    """One wheelhouse of MindSpore's dependencies per (stack, Python tag) of the hosts, when the
+    cache is on and the run installs MindSpore."""
+    houses: dict[str, dict[str, Any]] = {}
+    if "mindspore" not in components:
+        return []
+    for stack, tag in zip(stacks, python_tags):
+        base = stack.get("artifact_cache", {}).get("wheelhouse", "")
+        ms = stack.get("mindspore", {})
+        if base and tag in ms.get("wheels", {}):
+            houses.setdefault(
+                f"{base}-{tag}",
+                {
+                    "dir": f"{base}-{tag}",
+                    "python_tag": tag,
+                    "requirements": [f"{ms['package']}=={ms['version']}", *ms.get("pins", [])],
+                    "exclude": ms["wheels"][tag]["file"],
+                    "index_url": stack.get("sources", {}).get("pypi", ""),
+                },
+            )
+    return [houses[key] for key in sorted(houses)]
+
+
+def cache_components(
+    states: dict[str, str], run_tags: list[str], skip_tags: list[str], chosen: list[str] | None = None
+) -> list[str]:
+    """The components whose files a run needs: `chosen` (a standalone playbook's own), or those a
+    site.yml run selects with --tags/--skip-tags; either way only those whose state is present."""
+    if chosen is None:
+        chosen = [c for c in states if "all" in run_tags or c in run_tags or f"role::{c}" in run_tags]
+        chosen = [c for c in chosen if c not in skip_tags and f"role::{c}" not in skip_tags]
+    return [c for c in chosen if states.get(c, "present") == "present"]
+
+
 def resolve_stack(catalog: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """Resolve `settings` (stack_* variables without the prefix) against `catalog`."""
     resolver = _Resolver(catalog, settings)
@@ -380,4 +508,10 @@ class FilterModule:
     """Ansible filter plugin entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"stack_resolve": resolve_stack, "stack_version_key": version_key}
+        return {
+            "stack_resolve": resolve_stack,
+            "stack_version_key": version_key,
+            "stack_cache_manifest": cache_manifest,
+            "stack_cache_components": cache_components,
+            "stack_cache_wheelhouses": cache_wheelhouses,
+        }
