@@ -235,6 +235,12 @@ def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "") 
             timings["integration"] = _run(
                 c, "pytest -q tests/integration", env=env, what="integration tests (preflight on real containers)"
             )
+            timings["fleet"] = _run(
+                c,
+                "pytest -q -s tests/fleet",
+                env=env,
+                what="fleet tests (4 containers on their own network: cache, offline, unreachable host, MPI)",
+            )
         with _fixture_mirror() as group_vars:
             for name in [scenario] if scenario else list(SCENARIOS):
                 _write_group_vars(name, {**group_vars, **SCENARIO_VARS[name]})
@@ -421,6 +427,14 @@ def _print_summary(folder: Path) -> dict:
     if not summary_file.exists():
         raise Exit(f"no report in {folder}: the verify playbook did not get to write it", code=1)
     summary = json.loads(summary_file.read_text())
+    # The fleet comparison: hosts that failed or are slow against the fleet's median, and the
+    # data-parallel and MPI checks across hosts.
+    fleet = summary.get("fleet") or {}
+    for entry in fleet.get("table", []):
+        if entry["status"] != "OK":
+            print(f"{entry['status']} {entry['host']}: {entry['reason']}")
+    if fleet.get("distributed"):
+        print(f"data-parallel: {fleet['distributed']['verdict']} {fleet['distributed'].get('explanation') or ''}")
     print(f"\nReport: {folder / 'report.html'} and report.md; per-host JSON in {folder / 'hosts'}")
     return summary
 
@@ -461,16 +475,37 @@ def verify(
         "limit": "Ansible --limit pattern.",
         "device": "GPU or CPU; empty: GPU where the host has one.",
         "out": "Folder for the results (default artifacts/bench).",
+        "fleet": "Instead: the fleet benchmark on 4 sandbox containers (artifact cache bytes, 1 vs 4 hosts, re-run).",
+        "full": "With --fleet: the whole site.yml per host (an hour on 2 cores) instead of the NVIDIA parts + OpenMPI.",
     }
 )
-def bench(c: Context, inventory: str = "", limit: str = "", device: str = "", out: str = "") -> None:
+def bench(
+    c: Context,
+    inventory: str = "",
+    limit: str = "",
+    device: str = "",
+    out: str = "",
+    fleet: bool = False,
+    full: bool = False,
+) -> None:
     """The LeNet5 benchmark (3 epochs, full MNIST) and, in the same run, the seed's script for the ratio."""
+    if fleet:
+        from testbed import fleet_bench
+
+        folder = Path(out).resolve() if out else RESULTS / "bench"
+        results = fleet_bench.run(
+            folder, full, lambda root, url: _sandbox_group_vars(root, fixtures.inventory_vars(root, url))
+        )
+        print(json.dumps(results, indent=2))
+        print(f"Numbers: {folder / 'bench-fleet.json'}")
+        return
     if device not in ("", "GPU", "CPU"):
         raise Exit(f"--device: '{device}' is not allowed; allowed: GPU, CPU (or empty for auto)", code=2)
     folder = Path(out).resolve() if out else RESULTS / "bench"
     target = _target_inventory(inventory)
     extra_vars = {
         "verify_judge": False,
+        "verify_distributed": False,
         "verify_compare_seed": True,
         "verify_bench_device": device,
         "verify_results_dir": str(folder),

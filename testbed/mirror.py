@@ -48,6 +48,8 @@ class Mirror:
     root: Path
     base_url: str
     counts: dict[str, int] = field(default_factory=dict)
+    # Bytes of the complete (fault-free) responses, for "bytes fetched from upstream".
+    bytes_sent: int = 0
     # path -> queue of [fault, GETs left to fail (None: every one)], the head applies first
     faults: dict[str, list[list[Any]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -105,6 +107,10 @@ class _Handler(SimpleHTTPRequestHandler):
             return
         if not fault:
             super().do_GET()
+            served = Path(self.translate_path(self.path))
+            if served.is_file():
+                with self.mirror._lock:
+                    self.mirror.bytes_sent += served.stat().st_size
             return
         path = Path(self.translate_path(self.path))
         if not path.is_file():

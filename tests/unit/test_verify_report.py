@@ -34,10 +34,18 @@ def judge(verdict: str, explanation: str) -> dict:
 def write_inputs(folder: Path) -> None:
     folder.mkdir()
     results = {
-        "gpu01": {"host": "gpu01", "stack": {"name": "ms1.5-cuda11.1"}, "judge": judge("OK", "all good"),
-                  "bench": bench(25000.0, 9000.0)},
-        "hostile": {"host": HOSTILE, "stack": {}, "judge": judge("NO_GPU", "no <b>GPU</b> | here"),
-                    "bench": bench(7000.0, 3500.0)},
+        "gpu01": {
+            "host": "gpu01",
+            "stack": {"name": "ms1.5-cuda11.1"},
+            "judge": judge("OK", "all good"),
+            "bench": bench(25000.0, 9000.0),
+        },
+        "hostile": {
+            "host": HOSTILE,
+            "stack": {},
+            "judge": judge("NO_GPU", "no <b>GPU</b> | here"),
+            "bench": bench(7000.0, 3500.0),
+        },
         "gpu03": {"host": "gpu03", "stack": None, "judge": None, "bench": None},
     }
     for name, result in results.items():
@@ -46,8 +54,18 @@ def write_inputs(folder: Path) -> None:
 
 def run_report(tmp_path: Path) -> subprocess.CompletedProcess:
     write_inputs(tmp_path / "in")
-    command = [sys.executable, "-m", "msgpu_verify", "report", "--input", str(tmp_path / "in"),
-               "--out", str(tmp_path / "out"), "--title", "Fleet <check>"]
+    command = [
+        sys.executable,
+        "-m",
+        "msgpu_verify",
+        "report",
+        "--input",
+        str(tmp_path / "in"),
+        "--out",
+        str(tmp_path / "out"),
+        "--title",
+        "Fleet <check>",
+    ]
     env = {"PYTHONPATH": str(ROOT / "verify"), "PATH": "/usr/bin:/bin"}
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
 
@@ -92,8 +110,12 @@ def test_headline_is_the_median_of_epochs_after_the_first():
     sys.path.insert(0, str(ROOT / "verify"))
     from msgpu_verify import bench
 
-    epochs = [{"epoch": 1, "images_per_s": 100.0}, {"epoch": 2, "images_per_s": 300.0},
-              {"epoch": 3, "images_per_s": 500.0}, {"epoch": 4, "images_per_s": 400.0}]
+    epochs = [
+        {"epoch": 1, "images_per_s": 100.0},
+        {"epoch": 2, "images_per_s": 300.0},
+        {"epoch": 3, "images_per_s": 500.0},
+        {"epoch": 4, "images_per_s": 400.0},
+    ]
     assert bench.headline(epochs) == 400.0
     assert bench.headline(epochs[:1]) == 100.0
     assert bench.headline([]) is None
@@ -107,8 +129,17 @@ def test_headline_is_the_median_of_epochs_after_the_first():
 
 def test_bench_cli_reports_a_data_problem_as_json(tmp_path):
     out = tmp_path / "bench.json"
-    command = [sys.executable, "-m", "msgpu_verify", "bench", "--data", str(tmp_path / "nothing"), "--quick",
-               "--json", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "msgpu_verify",
+        "bench",
+        "--data",
+        str(tmp_path / "nothing"),
+        "--quick",
+        "--json",
+        str(out),
+    ]
     env = {"PYTHONPATH": str(ROOT / "verify"), "PATH": "/usr/bin:/bin"}
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 1
@@ -126,3 +157,171 @@ def test_a_judge_left_out_on_purpose_is_not_run_not_missing():
     assert row["images_per_s"] == 7000.0
     failed = report.host_row({"host": "gpu05", "requested": {"judge": True, "bench": True}, "judge": None})
     assert failed["verdict"] == "MISSING"
+
+
+# --- the fleet section: hosts compared, the data-parallel check and the MPI smoke test ---
+
+
+def write_fleet(root: Path) -> Path:
+    """Four hosts: two healthy, gpu03 slow (55 % of the median), gpu04 failed; plus the fleet-wide results."""
+    hosts = root / "hosts"
+    hosts.mkdir(parents=True)
+    results = {
+        "gpu01": {"judge": judge("OK", "all good"), "bench": bench(20000.0, 9000.0)},
+        "gpu02": {"judge": judge("OK", "all good"), "bench": bench(21000.0, 9000.0)},
+        "gpu03": {"judge": judge("OK", "all good"), "bench": bench(11000.0, 9000.0)},
+        "gpu04": {"judge": judge("LIBRARY_MISSING", "libcudnn.so.8 is missing"), "bench": None},
+    }
+    for name, result in results.items():
+        result.update(host=name, stack={"name": "ms1.5-cuda11.1"}, requested={"judge": True, "bench": True})
+        result["judge"]["accept"] = []
+        (hosts / f"{name}.json").write_text(json.dumps(result))
+    distributed = {
+        "verdict": "ONE_GPU_BUSY",
+        "explanation": "ranks 0, 1 all used GPU 0 of gpu01. Each rank must drive its own GPU: CUDA_VISIBLE_DEVICES",
+        "hint": "Give each rank its own GPU <local rank>.",
+        "np": 2,
+        "hosts_used": ["gpu01"],
+        "gpus_used": 1,
+        "ranks": [
+            {
+                "rank": 0,
+                "host": "gpu01",
+                "gpu": "0",
+                "steps": 3000,
+                "images_per_s": 9000.0,
+                "loss_first": 2.30,
+                "loss_final": 0.2,
+            },
+            {
+                "rank": 1,
+                "host": "gpu01",
+                "gpu": "0",
+                "steps": 3000,
+                "images_per_s": 8000.0,
+                "loss_first": 2.30,
+                "loss_final": 0.21,
+            },
+        ],
+    }
+    (root / "distributed.json").write_text(json.dumps(distributed))
+    smoke = {"hosts": ["gpu01", "gpu02", "gpu03", "gpu04"], "ranks": 4, "sum": 6, "seconds": 1.7, "ok": True}
+    (root / "mpi_smoke.json").write_text(json.dumps(smoke))
+    return hosts
+
+
+def run_fleet_report(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    hosts = write_fleet(tmp_path / "verify")
+    command = [
+        sys.executable,
+        "-m",
+        "msgpu_verify",
+        "report",
+        "--input",
+        str(hosts),
+        "--out",
+        str(tmp_path / "verify"),
+        *extra,
+    ]
+    env = {"PYTHONPATH": str(ROOT / "verify"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_fleet_summary_flags_the_slow_and_the_failed_host(tmp_path):
+    result = run_fleet_report(tmp_path)
+    assert result.returncode == 0, result.stderr
+    fleet = json.loads((tmp_path / "verify" / "summary.json").read_text())["fleet"]
+    assert fleet["hosts"] == 4 and fleet["ok"] == 2 and fleet["not_ok"] == 2
+    assert fleet["failed"] == ["gpu04"] and fleet["slow"] == ["gpu03"]
+    assert fleet["median_images_per_s"] == {"GPU": 20000.0}  # median of 20000, 21000, 11000
+    table = fleet["table"]
+    assert [(e["host"], e["status"]) for e in table] == [
+        ("gpu04", "FAILED"),
+        ("gpu03", "SLOW"),
+        ("gpu01", "OK"),
+        ("gpu02", "OK"),
+    ]
+    assert table[0]["reason"] == "LIBRARY_MISSING: libcudnn.so.8 is missing"
+    assert table[1]["percent_of_median"] == 55.0
+    assert "55 % of the fleet median 20,000.0 (GPU), below 80 %" in table[1]["reason"]
+    assert table[3]["percent_of_median"] == 105.0
+    assert fleet["distributed"]["verdict"] == "ONE_GPU_BUSY"
+    assert [r["gpu"] for r in fleet["distributed"]["ranks"]] == ["0", "0"]
+    assert fleet["mpi_smoke"]["ok"] is True and fleet["mpi_smoke"]["sum"] == 6
+    # the fleet files next to hosts/ are not hosts themselves
+    summary = json.loads((tmp_path / "verify" / "summary.json").read_text())
+    assert sorted(row["host"] for row in summary["hosts"]) == ["gpu01", "gpu02", "gpu03", "gpu04"]
+
+
+def test_slow_threshold_is_configurable_and_checked(tmp_path):
+    assert run_fleet_report(tmp_path, "--slow-below", "0.5").returncode == 0
+    fleet = json.loads((tmp_path / "verify" / "summary.json").read_text())["fleet"]
+    assert fleet["slow"] == [] and fleet["slow_below"] == 0.5
+    bad = run_fleet_report(tmp_path / "again", "--slow-below", "80")
+    assert bad.returncode == 2
+    assert "--slow-below '80': allowed is a fraction of the median, 0 < x <= 1" in bad.stderr
+
+
+def test_fleet_section_leads_the_markdown(tmp_path):
+    assert run_fleet_report(tmp_path).returncode == 0
+    md = (tmp_path / "verify" / "report.md").read_text()
+    assert md.index("## Fleet") < md.index("## Data-parallel") < md.index("## MPI smoke") < md.index("## Hosts")
+    assert "**2 of 4 host(s) OK**, 1 FAILED, 1 SLOW (below 80 % of the median)" in md
+    fleet_rows = [
+        line
+        for line in md[md.index("## Fleet") : md.index("## Data-parallel")].splitlines()
+        if line.startswith("| gpu")
+    ]
+    assert fleet_rows[0].startswith("| gpu04 | **FAILED** | - | - | LIBRARY_MISSING: libcudnn.so.8 is missing |")
+    assert fleet_rows[1].startswith("| gpu03 | **SLOW** | 11,000.0 | 55.0 % |")
+    assert fleet_rows[2] == "| gpu01 | **OK** | 20,000.0 | 100.0 % |  |"
+    assert "**ONE_GPU_BUSY**: ranks 0, 1 all used GPU 0 of gpu01" in md
+    assert "What to do: Give each rank its own GPU <local rank>." in md
+    assert "| 1 | gpu01 | 0 | 3000 | 8,000.0 | 2.300 -> 0.210 |  |" in md
+    assert "**OK**: 4 rank(s) on gpu01, gpu02, gpu03, gpu04, sum 6, 1.7 s" in md
+
+
+def test_fleet_section_in_html_is_escaped_and_flags_hosts(tmp_path):
+    assert run_fleet_report(tmp_path).returncode == 0
+    page = (tmp_path / "verify" / "report.html").read_text()
+    fleet = page[page.index("<h2>Fleet</h2>") : page.index("<h2>Data-parallel")]
+    rows = re.findall(r'<tr class="(\w+)"><td>([^<]+)</td>', fleet)
+    assert rows == [("failed", "gpu04"), ("slow", "gpu03"), ("ok", "gpu01"), ("ok", "gpu02")]
+    assert ">FAILED</span>" in fleet and ">SLOW</span>" in fleet
+    assert "55.0 %" in fleet and "width:36.7%" in fleet  # 55 % of the median on a 150 % scale
+    assert "Give each rank its own GPU &lt;local rank&gt;." in page
+    assert ">ONE_GPU_BUSY</span>" in page and ">OK</span> 4 rank(s) on gpu01, gpu02, gpu03, gpu04" in page
+    assert "<script" not in page.lower() and page.count("<svg") == 2
+
+
+def test_no_fleet_files_and_unreadable_ones(tmp_path):
+    hosts = write_fleet(tmp_path / "verify")
+    (tmp_path / "verify" / "distributed.json").unlink()
+    (tmp_path / "verify" / "mpi_smoke.json").write_text("{not json")
+    sys.path.insert(0, str(ROOT / "verify"))
+    from msgpu_verify import report
+
+    report.write_report(hosts, tmp_path / "out")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["fleet"]["distributed"] is None
+    assert summary["fleet"]["mpi_smoke"]["ok"] is False
+    assert "mpi_smoke.json is unreadable" in summary["fleet"]["mpi_smoke"]["error"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Data-parallel" not in md and "**FAILED**: mpi_smoke.json is unreadable: " in md
+
+
+def test_accepted_no_gpu_host_is_ok_in_the_fleet():
+    sys.path.insert(0, str(ROOT / "verify"))
+    from msgpu_verify import report
+
+    sandbox = {
+        "host": "sandbox",
+        "judge": dict(judge("NO_GPU", "no GPU"), accept=["NO_GPU"]),
+        "bench": dict(bench(900.0, 300.0), device="CPU"),
+        "requested": {"judge": True, "bench": True},
+    }
+    strict = dict(sandbox, host="strict", judge=dict(judge("NO_GPU", "no GPU"), accept=[]))
+    rows = [report.host_row(r) for r in (sandbox, strict)]
+    fleet = report.fleet_summary(rows, [sandbox, strict], 0.8)
+    assert [(e["host"], e["status"]) for e in fleet["table"]] == [("strict", "FAILED"), ("sandbox", "OK")]
+    assert fleet["median_images_per_s"] == {"CPU": 900.0}

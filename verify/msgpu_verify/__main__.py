@@ -1,4 +1,4 @@
-"""Command line: ``python -m msgpu_verify judge|mnist|bench|report|seed|doctor ...`` (see verify/README.md)."""
+"""Command line: ``python -m msgpu_verify judge|mnist|bench|distributed|report|seed|doctor ...`` (verify/README.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from . import distributed as distributed_mod
 from . import doctor as doctor_mod
 from . import judge as judge_mod
 from . import mnist as mnist_mod
@@ -106,17 +107,50 @@ def _bench(run_bench, args: argparse.Namespace) -> Dict[str, Any]:
     )
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    from .report import write_report
+def cmd_distributed(args: argparse.Namespace) -> int:
+    document = distributed_mod.run_launcher(args)
+    write_json(document, args.json)
+    print(distributed_mod.summary_line(document))
+    if not args.json:
+        print(json.dumps(document, sort_keys=True))
+    return 0 if document["verdict"] in distributed_mod.PASSING else 1
 
-    paths = write_report(Path(args.input), Path(args.out), args.title)
+
+def cmd_distributed_worker(args: argparse.Namespace) -> int:
+    return distributed_mod.worker_main(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import fleet_lines, write_report
+
+    paths = write_report(
+        Path(args.input),
+        Path(args.out),
+        args.title,
+        slow_below=args.slow_below,
+        distributed=Path(args.distributed) if args.distributed else None,
+        mpi_smoke=Path(args.mpi_smoke) if args.mpi_smoke else None,
+    )
     for path in paths:
         print(path)
+    summary = json.loads(paths[-1].read_text())
+    for line in fleet_lines(summary["fleet"]):
+        print(line)
     return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_mod.run(args)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"--slow-below {text!r}: allowed is a fraction of the median, 0 < x <= 1")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,10 +201,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json")
     p.set_defaults(func=cmd_bench)
 
+    p = sub.add_parser("distributed", help="data-parallel LeNet5 under mpirun + NCCL: every GPU busy, one verdict")
+    distributed_mod.add_launcher_arguments(p)
+    p.set_defaults(func=cmd_distributed)
+
+    p = sub.add_parser("distributed-worker", help="one rank of `distributed` (started by mpirun; imports MindSpore)")
+    distributed_mod.add_worker_arguments(p)
+    p.set_defaults(func=cmd_distributed_worker)
+
     p = sub.add_parser("report", help="report.md, report.html and summary.json over host results")
     p.add_argument("--input", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--title", default="MindSpore GPU fleet verification")
+    p.add_argument("--slow-below", type=_fraction, default=0.8, help="flag hosts below this share of the median")
+    p.add_argument("--distributed", help="distributed.json (default: found next to or in --input)")
+    p.add_argument("--mpi-smoke", help="mpi_smoke.json (default: found next to or in --input)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("doctor", help="read the host's state and explain what keeps MindSpore off the GPU")

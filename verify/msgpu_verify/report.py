@@ -1,9 +1,13 @@
 """Fleet report over host result files: report.md, one self-contained report.html, summary.json.
 
 A host result file is ``{"host": NAME, "stack": {...}, "judge": <judge JSON>, "bench": <bench JSON>}``;
-judge or bench may be missing or null (a host that failed). Standard library only: runs on the
-controller. Every value taken from the JSON is HTML-escaped; the HTML has no scripts and no external
-references (inline CSS, inline SVG drawn here).
+judge or bench may be missing or null (a host that failed). On top, the fleet section compares the
+hosts: how many are OK, the fleet's median images/s (per training device), each host as a share of it;
+hosts that failed or run below ``slow_below`` of the median come first, with the reason. Then the
+data-parallel check (``distributed.json``, msgpu_verify.distributed) and the MPI smoke test
+(``mpi_smoke.json``: hosts, ranks, sum, seconds, ok) when the results folder has them. Standard
+library only: runs on the controller. Every value taken from the JSON is HTML-escaped; the HTML has no
+scripts and no external references (inline CSS, inline SVG drawn here).
 """
 
 from __future__ import annotations
@@ -11,17 +15,23 @@ from __future__ import annotations
 import datetime
 import html
 import json
+import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 VERDICT_COLOURS = {"OK": "#2ca02c", "NO_GPU": "#ff7f0e", "HANG": "#9467bd", "NOT_RUN": "#7f7f7f"}
+STATUS_COLOURS = {"OK": "#2ca02c", "SLOW": "#ff7f0e", "FAILED": "#d62728"}
+# Fleet-wide results that may sit in the results folder (or next to the host files): never a host.
+FLEET_FILES = {"distributed": "distributed.json", "mpi_smoke": "mpi_smoke.json"}
 
 
 def load_results(folder: Path) -> List[Dict[str, Any]]:
-    """Every *.json under ``folder``; unreadable files become a host row that says so."""
+    """Every host's *.json under ``folder``; unreadable files become a host row that says so."""
     results: List[Dict[str, Any]] = []
     for path in sorted(folder.glob("*.json")):
+        if path.name in FLEET_FILES.values():
+            continue
         try:
             data = json.loads(path.read_text())
             if not isinstance(data, dict):
@@ -50,10 +60,16 @@ def host_row(result: Dict[str, Any]) -> Dict[str, Any]:
         explanation = judge.get("explanation") or result.get("error") or "no judge result (the host failed earlier)"
     if bench.get("error"):
         explanation += " Benchmark: " + str(bench["error"])
+    verdict = judge.get("verdict") or ("NOT_RUN" if skipped else "MISSING")
+    bench_requested = (result.get("requested") or {}).get("bench") is not False
+    accepted = (
+        verdict == "OK" or verdict in (judge.get("accept") or []) or (skipped and (bool(bench) or not bench_requested))
+    )
     return {
         "host": str(result.get("host")),
         "stack": (result.get("stack") or {}).get("name") if isinstance(result.get("stack"), dict) else None,
-        "verdict": judge.get("verdict") or ("NOT_RUN" if skipped else "MISSING"),
+        "verdict": verdict,
+        "passed": bool(accepted and not bench.get("error") and not result.get("error")),
         "explanation": explanation,
         "hint": judge.get("hint"),
         "device": bench.get("device") or judge.get("device"),
@@ -81,8 +97,242 @@ def _md_cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(title: str, rows: List[Dict[str, Any]], generated: str) -> str:
+def _failure_reason(row: Dict[str, Any], result: Dict[str, Any]) -> Optional[str]:
+    bench = result.get("bench") or {}
+    if not row["passed"]:
+        return f"{row['verdict']}: {row['explanation']}"
+    if (result.get("requested") or {}).get("bench") and not bench:
+        return "no benchmark result (the LeNet5 run did not report)"
+    return None
+
+
+def fleet_summary(rows: List[Dict[str, Any]], results: List[Dict[str, Any]], slow_below: float) -> Dict[str, Any]:
+    """Hosts compared: OK / FAILED / SLOW (below ``slow_below`` of the median images/s of their device)."""
+    by_device: Dict[str, List[float]] = {}
+    for row in rows:
+        if row["images_per_s"] is not None:
+            by_device.setdefault(str(row["device"] or "?"), []).append(row["images_per_s"])
+    medians = {device: round(statistics.median(values), 1) for device, values in sorted(by_device.items())}
+    table: List[Dict[str, Any]] = []
+    for index, (row, result) in enumerate(zip(rows, results)):
+        median = medians.get(str(row["device"] or "?"))
+        share = row["images_per_s"] / median if row["images_per_s"] is not None and median else None
+        reason = _failure_reason(row, result)
+        status = "FAILED" if reason else "OK"
+        if not reason and share is not None and share < slow_below:
+            status = "SLOW"
+            reason = (
+                f"{row['images_per_s']:,.1f} images/s is {share * 100:.0f} % of the fleet median {median:,.1f} "
+                f"({row['device']}), below {slow_below * 100:.0f} %"
+            )
+        table.append(
+            {
+                "host": row["host"],
+                "status": status,
+                "reason": reason or "",
+                "verdict": row["verdict"],
+                "device": row["device"],
+                "images_per_s": row["images_per_s"],
+                "percent_of_median": None if share is None else round(share * 100, 1),
+                "order": index,
+            }
+        )
+    rank = {"FAILED": 0, "SLOW": 1, "OK": 2}
+    table.sort(key=lambda entry: (rank[entry["status"]], entry["order"]))
+    for entry in table:
+        del entry["order"]
+    failed = [e["host"] for e in table if e["status"] == "FAILED"]
+    slow = [e["host"] for e in table if e["status"] == "SLOW"]
+    return {
+        "hosts": len(rows),
+        "ok": len(rows) - len(failed) - len(slow),
+        "not_ok": len(failed) + len(slow),
+        "failed": failed,
+        "slow": slow,
+        "slow_below": slow_below,
+        "median_images_per_s": medians,
+        "table": table,
+    }
+
+
+def load_fleet_file(path: Optional[Path]) -> Optional[Dict[str, Any]]:
+    """A fleet-wide result (distributed.json, mpi_smoke.json); unreadable ones say so instead of vanishing."""
+    if path is None or not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        return {"error": f"{path.name} is unreadable: {exc}"}
+    data["_file"] = str(path)
+    data["_modified"] = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC"
+    )
+    return data
+
+
+def find_fleet_file(input_dir: Path, name: str) -> Optional[Path]:
+    for folder in (input_dir.parent, input_dir):
+        if (folder / name).exists():
+            return folder / name
+    return None
+
+
+def distributed_summary(document: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    if document is None:
+        return None
+    if "error" in document and "verdict" not in document:
+        return {"verdict": "MISSING", "explanation": document["error"], "ranks": []}
+    ranks = []
+    for rank in document.get("ranks") or []:
+        if isinstance(rank, dict):
+            ranks.append(
+                {
+                    key: rank.get(key)
+                    for key in (
+                        "rank",
+                        "host",
+                        "gpu",
+                        "device_id",
+                        "steps",
+                        "images_per_s",
+                        "loss_first",
+                        "loss_final",
+                        "seconds",
+                        "error",
+                    )
+                }
+            )
+    keep = (
+        "verdict",
+        "explanation",
+        "hint",
+        "np",
+        "hosts_used",
+        "gpus_used",
+        "images_per_s",
+        "loss_first",
+        "loss_final",
+        "missing_ranks",
+        "elapsed_s",
+        "notes",
+        "_modified",
+    )
+    summary = {key: document.get(key) for key in keep}
+    summary["verdict"] = summary["verdict"] or "MISSING"
+    summary["ranks"] = ranks
+    return summary
+
+
+def mpi_smoke_summary(document: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    if document is None:
+        return None
+    if "error" in document and "ok" not in document:
+        return {"ok": False, "hosts": [], "ranks": None, "sum": None, "seconds": None, "error": document["error"]}
+    hosts = document.get("hosts")
+    summary = {key: document.get(key) for key in ("ok", "ranks", "sum", "seconds", "_modified")}
+    summary["ok"] = summary["ok"] is True
+    summary["hosts"] = [str(h) for h in hosts] if isinstance(hosts, list) else hosts
+    for key in ("error", "message", "missing"):
+        if document.get(key):
+            summary[key] = document[key]
+    return summary
+
+
+def _hosts_text(hosts: Any) -> str:
+    return ", ".join(map(str, hosts)) if isinstance(hosts, list) else str(hosts)
+
+
+def smoke_text(smoke: Dict[str, Any]) -> str:
+    """The MPI smoke test in one sentence (plain text; the caller escapes it)."""
+    detail = str(smoke.get("error") or smoke.get("message") or "")
+    if smoke.get("ranks") is None:
+        return detail or "no result"
+    text = (
+        f"{smoke.get('ranks')} rank(s) on {_hosts_text(smoke.get('hosts'))}, sum {smoke.get('sum')}, "
+        f"{smoke.get('seconds')} s"
+    )
+    if smoke.get("_modified"):
+        text += f" (run {smoke['_modified']})"
+    return text + (f". {detail}" if detail else ".")
+
+
+def fleet_lines(fleet: Dict[str, Any]) -> List[str]:
+    """The fleet section in a few plain lines, flagged hosts first (for the playbook's and the CLI's output)."""
+    medians = ", ".join(f"{v:,.1f} ({k})" for k, v in fleet["median_images_per_s"].items()) or "-"
+    lines = [f"fleet: {fleet['ok']} of {fleet['hosts']} host(s) OK; median images/s {medians}"]
+    lines += [f"  {e['status']} {e['host']}: {e['reason']}" for e in fleet["table"] if e["status"] != "OK"]
+    dist = fleet.get("distributed")
+    if dist is not None:
+        lines.append(f"data-parallel: {dist['verdict']} {dist.get('explanation') or ''}".rstrip())
+    smoke = fleet.get("mpi_smoke")
+    if smoke is not None:
+        lines.append(f"mpi smoke: {'OK' if smoke['ok'] else 'FAILED'} {smoke_text(smoke)}")
+    return lines
+
+
+def markdown_fleet(fleet: Dict[str, Any]) -> List[str]:
+    medians = ", ".join(f"{v:,.1f} ({k})" for k, v in fleet["median_images_per_s"].items()) or "-"
+    lines = [
+        "## Fleet",
+        "",
+        f"**{fleet['ok']} of {fleet['hosts']} host(s) OK**, {len(fleet['failed'])} FAILED, {len(fleet['slow'])} SLOW "
+        f"(below {fleet['slow_below'] * 100:.0f} % of the median). Fleet median images/s: {medians}.",
+        "",
+        "| host | status | images/s | % of median | reason |",
+        "| --- | --- | ---: | ---: | --- |",
+    ]
+    for entry in fleet["table"]:
+        share = "-" if entry["percent_of_median"] is None else f"{entry['percent_of_median']:.1f} %"
+        lines.append(
+            f"| {_md_cell(entry['host'])} | **{entry['status']}** | {_fmt(entry['images_per_s'])} | {share} | "
+            f"{_md_cell(entry['reason'])} |"
+        )
+    lines.append("")
+    dist = fleet.get("distributed")
+    if dist is not None:
+        lines += ["## Data-parallel LeNet5 (mpirun + NCCL, one rank per GPU)", ""]
+        lines.append(f"**{_md_cell(dist['verdict'])}**: {_md_cell(dist.get('explanation') or '')}")
+        if dist.get("verdict") not in ("OK", "NO_GPU") and dist.get("hint"):
+            lines += ["", f"What to do: {_md_cell(dist['hint'])}"]
+        if dist.get("ranks"):
+            lines += [
+                "",
+                "| rank | host | GPU | steps | images/s | loss first -> final | error |",
+                "| ---: | --- | --- | ---: | ---: | --- | --- |",
+            ]
+            for rank in dist["ranks"]:
+                lines.append(
+                    "| {} | {} | {} | {} | {} | {} -> {} | {} |".format(
+                        rank["rank"],
+                        _md_cell(rank["host"]),
+                        _md_cell(rank["gpu"]),
+                        rank["steps"],
+                        _fmt(_num(rank["images_per_s"])),
+                        _fmt(_num(rank["loss_first"]), 3),
+                        _fmt(_num(rank["loss_final"]), 3),
+                        _md_cell(rank["error"] or ""),
+                    )
+                )
+        lines.append("")
+    smoke = fleet.get("mpi_smoke")
+    if smoke is not None:
+        state = "OK" if smoke["ok"] else "FAILED"
+        lines += [
+            "## MPI smoke test (mpirun over the hostfile, MPI_Allreduce of the ranks)",
+            "",
+            f"**{state}**: {_md_cell(smoke_text(smoke))}",
+            "",
+        ]
+    return lines
+
+
+def markdown(title: str, rows: List[Dict[str, Any]], generated: str, fleet: Optional[Dict[str, Any]] = None) -> str:
     lines = [f"# {_md_cell(title)}", "", f"Generated {generated}. {len(rows)} host(s).", ""]
+    if fleet is not None:
+        lines += markdown_fleet(fleet)
+        lines += ["## Hosts", ""]
     lines.append("| host | verdict | explanation | images/s | accuracy | ratio vs seed | p50 / p95 step ms |")
     lines.append("| --- | --- | --- | ---: | ---: | ---: | ---: |")
     for row in rows:
@@ -175,11 +425,91 @@ th{background:#f2f2f2;text-align:left}td.n{text-align:right;white-space:nowrap}
 .verdict{font-weight:bold;padding:1px 6px;border-radius:3px;color:#fff;background:#d62728}
 svg .plot{fill:#fafafa;stroke:#bbb}svg .tick{font-size:11px;fill:#444}
 .hint{color:#555;font-size:13px}
+tr.failed td{background:#fdecea}tr.slow td{background:#fff4e5}
+.bar{background:#eee;height:6px;margin-top:3px}.bar div{height:6px}
 """
 
 
-def html_page(title: str, rows: List[Dict[str, Any]], results: List[Dict[str, Any]], generated: str) -> str:
+def _badge(text: str, colour: str) -> str:
+    return f'<span class="verdict" style="background:{colour}">{_e(text)}</span>'
+
+
+def html_fleet(fleet: Dict[str, Any]) -> List[str]:
+    medians = ", ".join(f"{v:,.1f} ({_e(k)})" for k, v in fleet["median_images_per_s"].items()) or "-"
+    body = [
+        "<h2>Fleet</h2>",
+        f'<p class="fleet"><b>{fleet["ok"]} of {fleet["hosts"]} host(s) OK</b>, {len(fleet["failed"])} FAILED, '
+        f"{len(fleet['slow'])} SLOW (below {fleet['slow_below'] * 100:.0f} % of the median). "
+        f"Fleet median images/s: {medians}.</p>",
+        "<table><tr><th>host</th><th>status</th><th>images/s</th><th>% of median</th><th>reason</th></tr>",
+    ]
+    for entry in fleet["table"]:
+        share = entry["percent_of_median"]
+        bar = ""
+        if share is not None:
+            width = max(0.0, min(100.0, share / 1.5))  # 150 % of the median fills the cell
+            colour = STATUS_COLOURS[entry["status"]]
+            bar = f'<div class="bar"><div style="width:{width:.1f}%;background:{colour}"></div></div>'
+        body.append(
+            '<tr class="{}"><td>{}</td><td>{}</td><td class="n">{}</td><td class="n">{}{}</td><td>{}</td></tr>'.format(
+                entry["status"].lower(),
+                _e(entry["host"]),
+                _badge(entry["status"], STATUS_COLOURS[entry["status"]]),
+                _e(_fmt(entry["images_per_s"])),
+                "-" if share is None else f"{share:.1f} %",
+                bar,
+                _e(entry["reason"]),
+            )
+        )
+    body.append("</table>")
+    dist = fleet.get("distributed")
+    if dist is not None:
+        colour = STATUS_COLOURS["OK"] if dist["verdict"] == "OK" else VERDICT_COLOURS.get(dist["verdict"], "#d62728")
+        body.append("<h2>Data-parallel LeNet5 (mpirun + NCCL, one rank per GPU)</h2>")
+        hint = dist.get("hint") if dist["verdict"] not in ("OK", "NO_GPU") else None
+        body.append(
+            f"<p>{_badge(dist['verdict'], colour)} {_e(dist.get('explanation') or '')}</p>"
+            + (f'<p class="hint">{_e(hint)}</p>' if hint else "")
+        )
+        if dist.get("ranks"):
+            body.append(
+                "<table><tr><th>rank</th><th>host</th><th>GPU</th><th>steps</th><th>images/s</th>"
+                "<th>loss first &rarr; final</th><th>error</th></tr>"
+            )
+            for rank in dist["ranks"]:
+                body.append(
+                    '<tr><td class="n">{}</td><td>{}</td><td>{}</td><td class="n">{}</td><td class="n">{}</td>'
+                    '<td class="n">{} &rarr; {}</td><td>{}</td></tr>'.format(
+                        _e(rank["rank"]),
+                        _e(rank["host"]),
+                        _e(rank["gpu"]),
+                        _e(rank["steps"]),
+                        _e(_fmt(_num(rank["images_per_s"]))),
+                        _e(_fmt(_num(rank["loss_first"]), 3)),
+                        _e(_fmt(_num(rank["loss_final"]), 3)),
+                        _e(rank["error"] or ""),
+                    )
+                )
+            body.append("</table>")
+    smoke = fleet.get("mpi_smoke")
+    if smoke is not None:
+        state = "OK" if smoke["ok"] else "FAILED"
+        body.append("<h2>MPI smoke test (mpirun over the hostfile, MPI_Allreduce of the ranks)</h2>")
+        body.append(f"<p>{_badge(state, STATUS_COLOURS[state])} {_e(smoke_text(smoke))}</p>")
+    body.append("<h2>Hosts</h2>")
+    return body
+
+
+def html_page(
+    title: str,
+    rows: List[Dict[str, Any]],
+    results: List[Dict[str, Any]],
+    generated: str,
+    fleet: Optional[Dict[str, Any]] = None,
+) -> str:
     body: List[str] = [f"<h1>{_e(title)}</h1>", f"<p>Generated {_e(generated)}. {len(rows)} host(s).</p>"]
+    if fleet is not None:
+        body += html_fleet(fleet)
     body.append(
         "<table><tr><th>host</th><th>verdict</th><th>explanation</th><th>images/s</th><th>accuracy</th>"
         "<th>ratio vs seed</th><th>p50 / p95 step ms</th></tr>"
@@ -227,17 +557,32 @@ def html_page(title: str, rows: List[Dict[str, Any]], results: List[Dict[str, An
     )
 
 
-def write_report(input_dir: Path, out_dir: Path, title: str = "MindSpore GPU fleet verification") -> List[Path]:
+def write_report(
+    input_dir: Path,
+    out_dir: Path,
+    title: str = "MindSpore GPU fleet verification",
+    slow_below: float = 0.8,
+    distributed: Optional[Path] = None,
+    mpi_smoke: Optional[Path] = None,
+) -> List[Path]:
+    """Write the three files; ``distributed``/``mpi_smoke`` default to those found next to or in ``input_dir``."""
     results = load_results(input_dir)
     rows = [host_row(result) for result in results]
+    fleet = fleet_summary(rows, results, slow_below)
+    fleet["distributed"] = distributed_summary(
+        load_fleet_file(distributed or find_fleet_file(input_dir, FLEET_FILES["distributed"]))
+    )
+    fleet["mpi_smoke"] = mpi_smoke_summary(
+        load_fleet_file(mpi_smoke or find_fleet_file(input_dir, FLEET_FILES["mpi_smoke"]))
+    )
     generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out_dir.mkdir(parents=True, exist_ok=True)
     md_path, html_path, summary_path = out_dir / "report.md", out_dir / "report.html", out_dir / "summary.json"
-    md_path.write_text(markdown(title, rows, generated), encoding="utf-8")
-    html_path.write_text(html_page(title, rows, results, generated), encoding="utf-8")
+    md_path.write_text(markdown(title, rows, generated, fleet), encoding="utf-8")
+    html_path.write_text(html_page(title, rows, results, generated, fleet), encoding="utf-8")
     counts: Dict[str, int] = {}
     for row in rows:
         counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
-    summary = {"title": title, "generated": generated, "hosts": rows, "verdicts": counts}
+    summary = {"title": title, "generated": generated, "fleet": fleet, "hosts": rows, "verdicts": counts}
     summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return [md_path, html_path, summary_path]

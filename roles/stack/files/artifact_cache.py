@@ -23,10 +23,12 @@ and where it would come from). Standard library only (Python 3.8+).
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import fcntl
 import hashlib
 import html.parser
+import http.client
 import json
 import os
 import re
@@ -39,7 +41,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 CHUNK = 1024 * 1024
 PROGRESS_EVERY = 5.0  # seconds between progress lines of one download
@@ -97,22 +99,49 @@ class _Links(html.parser.HTMLParser):
             self._href = None
 
 
+def split_credentials(url: str) -> Tuple[str, Optional[str]]:
+    """`url` without its user:password@ part, and the Basic Authorization header for it (urllib
+    ignores credentials in a URL; a private mirror's index URL may carry them, as pip allows)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, None
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = urllib.parse.unquote(parts.username)
+    password = urllib.parse.unquote(parts.password or "")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), f"Basic {token}"
+
+
+def redact(url: str) -> str:
+    """`url` fit for a log or a message: never its password."""
+    return split_credentials(url)[0]
+
+
+def urlopen(url: str, timeout: float) -> Any:
+    plain, authorization = split_credentials(url)
+    request = urllib.request.Request(plain)
+    if authorization:
+        request.add_header("Authorization", authorization)
+    return urllib.request.urlopen(request, timeout=timeout)
+
+
 def wheel_url(index_url: str, package: str, file: str, timeout: float) -> str:
-    """The download link of `file` on a PEP 503 simple index page."""
+    """The download link of `file` on a PEP 503 simple index page (a relative link keeps the
+    index's credentials: same host)."""
     name = re.sub(r"[-_.]+", "-", package).lower()
     page = f"{index_url.rstrip('/')}/{name}/"
-    with urllib.request.urlopen(page, timeout=timeout) as response:
+    with urlopen(page, timeout) as response:
         parser = _Links()
         parser.feed(response.read().decode("utf-8", "replace"))
     if file not in parser.links:
-        raise FetchError(f"{file} is not listed on {page}")
+        raise FetchError(f"{file} is not listed on {redact(page)}")
     return urllib.parse.urljoin(page, parser.links[file]).split("#", 1)[0]
 
 
 def source_of(entry: Dict[str, Any]) -> str:
     if entry.get("url"):
-        return str(entry["url"])
-    return f"{entry.get('package')} on the pip index {entry.get('index_url')}"
+        return redact(str(entry["url"]))
+    return f"{entry.get('package')} on the pip index {redact(str(entry.get('index_url')))}"
 
 
 def download(url: str, target: Path, sha256: str, timeout: float) -> int:
@@ -122,7 +151,7 @@ def download(url: str, target: Path, sha256: str, timeout: float) -> int:
     digest = hashlib.sha256()
     received = 0
     try:
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+        with os.fdopen(handle, "wb") as out, urlopen(url, timeout) as response:
             total = int(response.headers.get("Content-Length") or 0)
             started = last = time.monotonic()
             for block in iter(lambda: response.read(CHUNK), b""):
@@ -154,12 +183,12 @@ def fetch_one(entry: Dict[str, Any], cache: Path, retries: int, delay: float, ti
     for attempt in range(1 + retries):
         try:
             url = entry.get("url") or wheel_url(entry["index_url"], entry["package"], entry["file"], timeout)
-            log(f"fetching {entry['file']} ({entry['component']}) from {url}")
+            log(f"fetching {entry['file']} ({entry['component']}) from {redact(url)}")
             size = download(url, target, entry["sha256"], timeout)
             seconds = time.monotonic() - started
             log(f"  {entry['file']}: {human(size)} in {seconds:.1f} s, sha256 ok")
-            return {"file": entry["file"], "bytes": size, "seconds": round(seconds, 2), "url": url}
-        except (OSError, FetchError, urllib.error.URLError) as exc:
+            return {"file": entry["file"], "bytes": size, "seconds": round(seconds, 2), "url": redact(url)}
+        except (OSError, FetchError, urllib.error.URLError, http.client.HTTPException) as exc:
             error = str(exc)
             log(f"  {entry['file']}: attempt {attempt + 1} of {1 + retries} failed: {error}")
             if attempt < retries:
@@ -247,7 +276,10 @@ def wheelhouse(
     command = [sys.executable, "-m", "pip", "download", "--dest", str(staging), "--only-binary=:all:"]
     command += ["--platform", "manylinux2014_x86_64", "--platform", "manylinux2010_x86_64"]
     command += ["--platform", "manylinux1_x86_64", "--platform", "linux_x86_64"]
-    command += ["--python-version", version, "--implementation", "cp", "--abi", python_tag, *requirements]
+    command += ["--python-version", version, "--implementation", "cp", "--abi", python_tag]
+    if python_tag in ("cp36", "cp37"):  # CPython before 3.8 tags its ABI with "m" (pymalloc)
+        command += ["--abi", python_tag + "m"]
+    command += requirements
     log(f"pip download {' '.join(requirements)} for {python_tag} into {folder}")
     started = time.monotonic()
     run = subprocess.run(command, env=env, capture_output=True, text=True)

@@ -1,0 +1,93 @@
+"""The fleet benchmark (./toolkit bench --fleet): what the controller's artifact cache buys a fleet.
+
+On sandbox containers of the fleet network (testbed/fleet.py), NVIDIA's files served by the counting
+loopback mirror (standing in for upstream), it measures:
+  1. bytes fetched from upstream to converge 1 host, and to converge 4 hosts (each from an empty cache);
+  2. wall time to converge 1 fresh host and 4 fresh hosts from a warm cache (4 hosts in parallel);
+  3. the idempotent re-run on a converged host (seconds, changed count).
+By default the run covers the parts that come from NVIDIA's servers plus OpenMPI (preflight, cuda, cudnn,
+nccl, openmpi); `full` runs the whole site.yml (a real DKMS build and the MindSpore venv per host: on a
+2-core machine that takes an hour). Prints the numbers and writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed import fixtures, mirror, sandbox
+from testbed import fleet as fleet_bed
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTS = [f"msgpu-bench-{n}" for n in range(1, 5)]
+SUBSET = "preflight,cuda,cudnn,nccl,openmpi"
+RECAP = re.compile(r"^(msgpu-bench-\d+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+def _converge(inventory: Path, tags: str) -> tuple[float, dict[str, int], str]:
+    cmd = [str(Path(sys.prefix) / "bin" / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks/site.yml")]
+    if tags:
+        cmd += ["--tags", tags]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    started = time.monotonic()
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    seconds = time.monotonic() - started
+    recap = {host: int(changed) for host, changed, unreachable, failed in RECAP.findall(result.stdout)}
+    failed = [h for h, _, u, f in RECAP.findall(result.stdout) if int(u) or int(f)]
+    if result.returncode != 0 or failed:
+        raise RuntimeError(f"converge failed on {failed or 'the run'}:\n{(result.stdout + result.stderr)[-4000:]}")
+    return seconds, recap, result.stdout
+
+
+def run(out: Path, full: bool = False, group_vars_for=None) -> dict:
+    """Run the benchmark; `group_vars_for(root, base_url)` gives the sandbox group vars (tasks.py)."""
+    tags = "" if full else SUBSET
+    root = fixtures.build_mirror()
+    work = sandbox.CACHE / "bench-fleet"
+    results: dict = {"scope": "site.yml" if full else f"site.yml --tags {tags}", "hosts_max": len(HOSTS)}
+
+    def step(name: str, hosts: list[str], cache: Path, fresh_cache: bool) -> dict:
+        if fresh_cache:
+            shutil.rmtree(cache, ignore_errors=True)
+        fleet_bed.stop(HOSTS)
+        fleet_bed.start(hosts)
+        with mirror.serving(root) as served:
+            group_vars = {**group_vars_for(root, served.base_url), "stack_artifact_cache_dir": str(cache)}
+            inventory = sandbox.write_inventory(work / f"{name}.yml", hosts, group_vars)
+            print(f"[bench --fleet] {name}: converging {len(hosts)} host(s) ...", flush=True)
+            seconds, _, _ = _converge(inventory, tags)
+            row = {"hosts": len(hosts), "seconds": round(seconds, 1), "bytes_upstream": served.bytes_sent}
+            row["requests_upstream"] = sum(served.counts.values())
+            if name == "warm-1":
+                rerun, rerun_recap, _ = _converge(inventory, tags)
+                results["idempotent_rerun"] = {"seconds": round(rerun, 1), "changed": sum(rerun_recap.values())}
+        print(f"[bench --fleet] {name}: {row}", flush=True)
+        return row
+
+    try:
+        results["cold-1"] = step("cold-1", HOSTS[:1], work / "cache-1", True)
+        results["cold-4"] = step("cold-4", HOSTS, work / "cache-4", True)
+        results["warm-4"] = step("warm-4", HOSTS, work / "cache-4", False)
+        results["warm-1"] = step("warm-1", HOSTS[:1], work / "cache-4", False)
+    finally:
+        fleet_bed.stop(HOSTS)
+    results["bytes_ratio_4_vs_1"] = round(
+        results["cold-4"]["bytes_upstream"] / max(results["cold-1"]["bytes_upstream"], 1), 3
+    )
+    results["time_ratio_4_vs_1_warm"] = round(results["warm-4"]["seconds"] / results["warm-1"]["seconds"], 2)
+    results["goals"] = {
+        "time_ratio_4_vs_1_warm <= 1.5": results["time_ratio_4_vs_1_warm"] <= 1.5,
+        "bytes_ratio_4_vs_1 == 1": results["bytes_ratio_4_vs_1"] == 1.0,
+        "idempotent_rerun <= 60 s, changed=0": results["idempotent_rerun"]["seconds"] <= 60
+        and results["idempotent_rerun"]["changed"] == 0,
+    }
+    results["machine"] = {"cpus": os.cpu_count()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench-fleet.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results

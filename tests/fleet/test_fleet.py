@@ -1,0 +1,102 @@
+"""A fleet of four real Ubuntu 20.04 containers: offline refusal before any change, parallel
+provisioning with one host unreachable, every NVIDIA file fetched from upstream exactly once however many
+hosts need it, and a rolling re-run that fetches and changes nothing."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.integration.conftest import FINGERPRINT
+
+from .conftest import ROOT, Fleet
+
+CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+STACK = CATALOG["stacks"][CATALOG["default_stack"]]
+CUDA = STACK["cuda"]
+# The NVIDIA files of the default stack's methods, as paths on the (fixture) mirror.
+UPSTREAM = {
+    "cuda": CATALOG["cuda"][CUDA]["runfile"],
+    "cudnn": CATALOG["cudnn"][STACK["cudnn"]]["tarball"],
+    "nccl": CATALOG["nccl"][STACK["nccl"]]["tarball"],
+}
+# What these tests install: the parts that come from NVIDIA's servers, and OpenMPI for the MPI tests.
+# The driver (a real DKMS build per host) and the MindSpore venv are the molecule scenarios' job.
+TAGS = ["--tags", "preflight,cuda,cudnn,nccl,openmpi"]
+
+
+def mirror_path(entry: dict) -> str:
+    return f"{entry['source']}/{entry['path']}"
+
+
+def test_offline_run_with_files_missing_changes_no_host(fleet: Fleet):
+    """stack_offline with an empty cache: the run stops in the preflight, names every missing file and
+    where it would come from, and no host (nor the mirror, nor the cache) saw anything happen."""
+    for host in fleet.hosts:
+        assert fleet.sh(host, "touch /msgpu-marker").returncode == 0
+    before = {host: fleet.sh(host, FINGERPRINT).stdout for host in fleet.hosts}
+    result = fleet.playbook("site.yml", fleet.inventory(stack_offline=True))
+    flat = " ".join(result.output.split())
+    assert result.rc != 0, flat[-3000:]
+    assert "stack_offline is true" in flat, flat[-4000:]
+    assert "nothing was changed on any host" in flat
+    for component, entry in UPSTREAM.items():
+        assert f"{entry['file']} ({component}), from {fleet.served.base_url}/{mirror_path(entry)}" in flat, flat[-4000:]
+    wheel = CATALOG["mindspore"][STACK["mindspore"]]["wheels"]["cp38"]["file"]
+    assert f"{wheel} (mindspore), from mindspore-gpu on the pip index" in flat
+    assert "./toolkit fetch" in flat
+    # Stopped before the first component: nothing downloaded, nothing changed anywhere.
+    assert fleet.served.counts == {}
+    assert not [p for p in fleet.cache.rglob("*") if p.is_file() and p.name not in (".lock", ".fetch.log")]
+    assert {host: fleet.sh(host, FINGERPRINT).stdout for host in fleet.hosts} == before
+    assert "TASK [nvidia_driver" not in result.output
+
+
+def test_fleet_converges_in_parallel_with_one_host_unreachable(fleet: Fleet):
+    """Four hosts, one powered off: the other three converge in the same run, each NVIDIA file is fetched
+    from upstream ONCE (into the controller's cache) and copied to the three hosts, the recap and the
+    fleet summary name the unreachable host, and the exit status says the run was not clean."""
+    down = fleet.hosts[-1]
+    fleet.stop(down)
+    result = fleet.playbook("site.yml", fleet.inventory(), args=TAGS)
+    recap = result.recap()
+    assert result.rc != 0, result.output[-4000:]
+    assert recap[down]["unreachable"] == 1, result.output[-4000:]
+    for host in fleet.reachable:
+        assert recap[host]["failed"] == 0 and recap[host]["unreachable"] == 0, result.output[-6000:]
+    flat = " ".join(result.output.split())
+    assert f"Fleet summary: 3 of 4 hosts finished ({', '.join(fleet.reachable)})." in flat, flat[-3000:]
+    assert f"Did NOT finish (failed or unreachable, see the recap): {down}." in flat
+    for component, entry in UPSTREAM.items():
+        assert fleet.served.fetches(mirror_path(entry)) == 1, (component, fleet.served.counts)
+    # Real state on every reachable host: the toolkit answers, the libraries are there, the files match.
+    pinned = fleet.group_vars["stack_artifact_checksums"]
+    for host in fleet.reachable:
+        nvcc = fleet.sh(host, f"source /etc/msgpu/env/cuda-{CUDA}.sh && nvcc --version")
+        assert nvcc.returncode == 0 and re.search(r"release \d+\.\d+", nvcc.stdout), (host, nvcc.stderr)
+        libs = fleet.sh(host, f"ls /usr/local/cuda-{CUDA}/lib64/ | grep -E '^lib(cudnn|nccl)\\.so\\.[0-9]+$'")
+        assert libs.stdout.split() == ["libcudnn.so.8", "libnccl.so.2"], (host, libs.stdout)
+        runfile = fleet.sh(host, f"sha256sum /var/cache/msgpu/artifacts/{UPSTREAM['cuda']['file']}")
+        assert runfile.stdout.split()[:1] == [pinned[UPSTREAM["cuda"]["file"]]], (host, runfile)
+        assert fleet.sh(host, "mpirun --version").returncode == 0
+    print(f"\nfleet converge (3 reachable hosts + 1 down): {result.seconds:.0f} s; mirror: {fleet.served.counts}")
+
+
+def test_rolling_rerun_fetches_nothing_and_changes_nothing(fleet: Fleet):
+    """The three converged hosts again, two at a time (./toolkit provision --batch 2): two batches, every
+    host changed=0, and not one more request reached upstream."""
+    counts = dict(fleet.served.counts)
+    inventory = fleet.inventory(fleet.reachable)
+    toolkit = [str(Path(sys.prefix) / "bin" / "invoke"), "-r", str(ROOT), "provision", "-i", str(inventory)]
+    result = fleet.run([*toolkit, "--batch", "2", "--extra", " ".join(TAGS)])
+    assert result.rc == 0, result.output[-4000:]
+    assert "batch 1/2" in result.output and "batch 2/2" in result.output
+    assert "Rolling run: 3 hosts in 2 batches of up to 2, all finished." in result.output
+    recap = result.recap()
+    assert sorted(recap) == sorted(fleet.reachable)
+    assert all(row["changed"] == 0 and row["failed"] == 0 for row in recap.values()), result.output[-4000:]
+    assert fleet.served.counts == counts
+    print(f"\nrolling re-run, 3 hosts in 2 batches: {result.seconds:.0f} s")
