@@ -301,7 +301,7 @@ def provision(
         args[2] = inventory
         cmd = " ".join(shlex.quote(a) for a in args) + (f" {extra}" if extra else "")
         if batch:
-            _rolling(c, cmd, inventory, limit, batch)
+            _rolling(c, cmd, inventory, limit, batch, extra)
         else:
             _run(c, cmd, what="ansible-playbook site.yml")
         return
@@ -325,15 +325,19 @@ def _fleet_hosts(inventory: str, limit: str) -> list[str]:
     return [line.strip() for line in result.stdout.splitlines()[1:] if line.strip()]
 
 
-def _rolling(c: Context, cmd: str, inventory: str, limit: str, batch: int) -> None:
-    """Run `cmd` on `batch` hosts at a time; stop at the first batch with a failed or unreachable host."""
+def _rolling(c: Context, cmd: str, inventory: str, limit: str, batch: int, extra: str) -> None:
+    """Run site.yml on `batch` hosts at a time; stop at the first batch with a failed or unreachable host.
+
+    OpenMPI's cluster settings (hostfile, SSH trust between hosts) describe the whole fleet, not a
+    batch: the batches skip the openmpi tag, and one openmpi.yml run over every host follows them.
+    """
     hosts = _fleet_hosts(inventory, limit)
     batches = [hosts[i : i + batch] for i in range(0, len(hosts), batch)]
     for number, group in enumerate(batches, 1):
         try:
             _run(
                 c,
-                f"{cmd} --limit {shlex.quote(','.join(group))}",
+                f"{cmd} --skip-tags openmpi --limit {shlex.quote(','.join(group))}",
                 what=f"batch {number}/{len(batches)}: {', '.join(group)}",
             )
         except Exit as exc:
@@ -344,6 +348,9 @@ def _rolling(c: Context, cmd: str, inventory: str, limit: str, batch: int) -> No
                 "with no changes).",
                 code=1,
             ) from exc
+    if "--tags" not in extra or "openmpi" in extra:
+        openmpi = ["ansible-playbook", "-i", inventory, "playbooks/openmpi.yml", "--limit", ",".join(hosts)]
+        _run(c, " ".join(shlex.quote(a) for a in openmpi), what=f"OpenMPI for the whole fleet ({len(hosts)} hosts)")
     print(f"Rolling run: {len(hosts)} hosts in {len(batches)} batches of up to {batch}, all finished.")
 
 

@@ -12,7 +12,7 @@ import yaml
 
 from tests.integration.conftest import FINGERPRINT
 
-from .conftest import ROOT, Fleet
+from .conftest import RECAP, ROOT, Fleet
 
 CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
 STACK = CATALOG["stacks"][CATALOG["default_stack"]]
@@ -86,17 +86,22 @@ def test_fleet_converges_in_parallel_with_one_host_unreachable(fleet: Fleet):
 
 
 def test_rolling_rerun_fetches_nothing_and_changes_nothing(fleet: Fleet):
-    """The three converged hosts again, two at a time (./toolkit provision --batch 2): two batches, every
-    host changed=0, and not one more request reached upstream."""
+    """The three converged hosts again, two at a time (./toolkit provision --batch 2): two batches, then
+    OpenMPI's fleet-wide settings once for all three; every host changed=0 in every run, and not one more
+    request reached upstream."""
     counts = dict(fleet.served.counts)
     inventory = fleet.inventory(fleet.reachable)
     toolkit = [str(Path(sys.prefix) / "bin" / "invoke"), "-r", str(ROOT), "provision", "-i", str(inventory)]
     result = fleet.run([*toolkit, "--batch", "2", "--extra", " ".join(TAGS)])
     assert result.rc == 0, result.output[-4000:]
     assert "batch 1/2" in result.output and "batch 2/2" in result.output
+    assert "OpenMPI for the whole fleet (3 hosts)" in result.output
     assert "Rolling run: 3 hosts in 2 batches of up to 2, all finished." in result.output
-    recap = result.recap()
-    assert sorted(recap) == sorted(fleet.reachable)
-    assert all(row["changed"] == 0 and row["failed"] == 0 for row in recap.values()), result.output[-4000:]
+    rows = RECAP.findall(result.output)  # three runs: two batches, then OpenMPI for all
+    assert sorted({host for host, *_ in rows}) == sorted(fleet.reachable)
+    assert len(rows) == 2 + 1 + 3, rows
+    assert all(changed == unreachable == failed == "0" for _, changed, unreachable, failed in rows), result.output[
+        -4000:
+    ]
     assert fleet.served.counts == counts
     print(f"\nrolling re-run, 3 hosts in 2 batches: {result.seconds:.0f} s")
