@@ -46,13 +46,13 @@ def test_mpi_user_exists(host, host_vars):
     assert host.user(_mpi_user(host_vars)).exists
 
 
-def test_hostfile_is_root_owned_and_world_readable(host, host_vars):
+def test_mpi_hostfile_is_root_owned_and_world_readable(host, host_vars):
     hostfile = host.file(_hostfile(host_vars))
     assert hostfile.is_file
     assert (hostfile.user, hostfile.group, hostfile.mode) == ("root", "root", 0o644)
 
 
-def test_hostfile_lists_this_host_with_a_slot_per_gpu(host, host_vars):
+def test_mpi_hostfile_lists_this_host_with_a_slot_per_gpu(host, host_vars):
     """One `<address> slots=<n>` line per host; this host's line carries one of its own addresses
     and one slot per NVIDIA GPU (openmpi_slots_no_gpu, default 1, without a GPU)."""
     lines = [
