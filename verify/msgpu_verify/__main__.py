@@ -104,6 +104,7 @@ def _bench(run_bench, args: argparse.Namespace) -> Dict[str, Any]:
         compare_seed=args.compare_seed,
         timeout_s=args.timeout,
         python=args.python,
+        random_seed=args.random_seed,
     )
 
 
@@ -195,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--sink", default="auto", choices=["auto", "on", "off"])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--random-seed", type=int, default=1, help="weights and shuffles (default 1: every run comparable)")
     p.add_argument("--compare-seed", action="store_true")
     p.add_argument("--timeout", type=float)
     p.add_argument("--python", default=sys.executable)

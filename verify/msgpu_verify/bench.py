@@ -37,6 +37,11 @@ QUICK_NOTE = (
     "steps, so fewer samples would prove nothing; two epochs learn MNIST (about 0.95-0.97 accuracy)."
 )
 SEED_SCRIPT = Path(__file__).resolve().parent.parent / "seed" / "main.py"
+# One fixed random seed (weights, shuffles): every host and every run trains the same model on the
+# same batches, so their numbers compare, and a short run never depends on the luck of the draw
+# (unseeded, the seed's LeNet5 sometimes stays on its ~2.30 loss plateau for a whole quick run:
+# 0.53 accuracy once in CI). --random-seed changes it.
+RANDOM_SEED = 1
 
 
 def percentile(values: List[float], fraction: float) -> Optional[float]:
@@ -154,14 +159,21 @@ class LoopTimer:
 
 
 def direct_loop(
-    lenet: Any, parts: Tuple[Any, Any, Any], images: Any, labels: Any, batch: int, epochs: int, log_every: int
+    lenet: Any,
+    parts: Tuple[Any, Any, Any],
+    images: Any,
+    labels: Any,
+    batch: int,
+    epochs: int,
+    log_every: int,
+    random_seed: int = RANDOM_SEED,
 ) -> LoopTimer:
     """Non-sink training without the dataset machinery: per epoch a fresh shuffle of the cached arrays,
     cut into Tensors (inside the epoch's time), then TrainOneStepCell per batch, as Model.train does."""
     import numpy as np
 
     step_cell = lenet.train_step_cell(*parts)
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(random_seed)
     timer = LoopTimer()
     done = 0
     for epoch in range(1, epochs + 1):
@@ -203,6 +215,9 @@ def train_child(config: Dict[str, Any]) -> Dict[str, Any]:
     started = time.perf_counter()
     device = config["device"]
     ms.context.set_context(mode=ms.context.GRAPH_MODE, device_target=device)
+    random_seed = int(config.get("random_seed", RANDOM_SEED))
+    ms.common.set_seed(random_seed)  # initial weights (and numpy's global generator)
+    ms.dataset.config.set_seed(random_seed)  # the sink path's shuffles
     quick = bool(config["quick"])
     train_x, train_y = lenet.preprocessed_arrays(config["data"], True, QUICK_TRAIN if quick else None)
     test_x, test_y = lenet.preprocessed_arrays(config["data"], False, QUICK_TEST if quick else None)
@@ -221,7 +236,7 @@ def train_child(config: Dict[str, Any]) -> Dict[str, Any]:
         train_ds = lenet.cached_dataset(train_x, train_y, batch, shuffle=True, drop_remainder=True)
         model.train(epochs * (steps // chunk), train_ds, callbacks=[timer], dataset_sink_mode=True, sink_size=chunk)
     else:
-        timer = direct_loop(lenet, (net, loss, opt), train_x, train_y, batch, epochs, log_every)
+        timer = direct_loop(lenet, (net, loss, opt), train_x, train_y, batch, epochs, log_every, random_seed)
     train_s = time.perf_counter() - train_start
     eval_start = time.perf_counter()
     accuracy = lenet.accuracy(net, test_x, test_y)
@@ -251,6 +266,7 @@ def train_child(config: Dict[str, Any]) -> Dict[str, Any]:
         "batch_size": batch,
         "lr": float(config["lr"]),
         "momentum": float(config["momentum"]),
+        "random_seed": random_seed,
         "mindspore_version": ms.__version__,
         "hostname": socket.gethostname(),
         "prepare_s": round(prepare_s, 3),
@@ -351,6 +367,7 @@ def run_bench(
     timeout_s: Optional[float] = None,
     python: Optional[str] = None,
     seed_script: Optional[str] = None,
+    random_seed: int = RANDOM_SEED,
 ) -> Dict[str, Any]:
     from . import mnist
 
@@ -371,6 +388,7 @@ def run_bench(
         "sink": sink,
         "quick": quick,
         "seed_script": seed_script,
+        "random_seed": random_seed,
     }
     result = _run("--child", config, timeout, python)
     result.setdefault("device", device)
