@@ -60,7 +60,7 @@ def test_check_mode_changes_nothing_for_each_scenarios_methods(focal_host, inven
             {"stack_name": "ms9.9-cuda99"},
             [
                 "stack_name: 'ms9.9-cuda99' is not in the catalog",
-                "allowed: ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.2-cuda11.6",
+                "allowed: ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.0-cuda11.1, ms2.2-cuda11.6",
             ],
             id="unknown-stack",
         ),

@@ -609,7 +609,7 @@ def test_one_wheelhouse_per_python_tag(stack_catalog, resolve):
             "dir": f"{base}-{tag}",
             "python_tag": tag,
             "requirements": ["mindspore-gpu==1.5.1", *stack["mindspore"]["pins"]],
-            "exclude": stack["mindspore"]["wheels"][tag]["file"],
+            "exclude": [stack["mindspore"]["wheels"][tag]["file"]],
             "index_url": "https://pypi.org/simple",
         }
         for tag in ("cp38", "cp39")

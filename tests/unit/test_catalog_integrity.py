@@ -75,3 +75,16 @@ def test_no_version_numbers_outside_the_catalog():
             if pattern.search(line) and not line.lstrip().startswith("#"):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_stacks_serving_entries_serve_their_mindspore(catalog):
+    """A stack's `serving` names a catalog release that lists the stack's MindSpore."""
+    named = 0
+    for name, stack in catalog["stacks"].items():
+        if not stack.get("serving"):
+            continue
+        named += 1
+        entry = catalog["serving"][str(stack["serving"])]
+        assert str(stack["mindspore"]) in entry["mindspore"], f"stack {name}"
+        assert set(entry["wheels"]) <= set(catalog["mindspore"][str(stack["mindspore"])]["wheels"]), f"stack {name}"
+    assert named >= 2

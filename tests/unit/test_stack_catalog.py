@@ -23,7 +23,7 @@ def resolve(stack_catalog, catalog, pinned):
     return run
 
 
-@pytest.mark.parametrize("name", ["ms1.5-cuda11.1", "ms1.10-cuda11.1", "ms2.2-cuda11.6"])
+@pytest.mark.parametrize("name", ["ms1.5-cuda11.1", "ms1.10-cuda11.1", "ms2.0-cuda11.1", "ms2.2-cuda11.6"])
 def test_every_stack_resolves_with_its_defaults(resolve, name):
     result = resolve(name=name)
     assert result["errors"] == []
@@ -98,3 +98,78 @@ def test_version_key_orders_driver_versions(stack_catalog):
     key = stack_catalog.version_key
     assert key("450.80.02") < key("470.86") < key("510.39.01")
     assert key("2.8.4") > key("2.7.8")
+
+
+# --- MindSpore Serving -------------------------------------------------------------------------
+def test_serving_is_off_by_default_and_changes_nothing(resolve):
+    stack = resolve()["stack"]
+    assert stack["serving"]["enabled"] is False
+    assert stack["serving"]["available"] is True and stack["serving"]["version"] == "1.5.0"
+    assert stack["tensorrt"]["enabled"] is False
+    assert not [d for d in stack["artifact_cache"]["downloads"] if d["component"] == "serving"]
+
+
+def test_serving_on_the_seed_stack_comes_from_the_vendor_and_brings_tensorrt(resolve, catalog):
+    result = resolve(serving_enabled=True)
+    assert result["errors"] == []
+    stack = result["stack"]
+    serving = stack["serving"]
+    assert (serving["enabled"], serving["version"], serving["package"]) == (True, "1.5.0", "mindspore-serving")
+    wheel = serving["wheels"]["cp38"]
+    assert wheel["url"] == (
+        catalog["sources"]["mindspore_release"]
+        + "/1.5.0/Serving/x86_64/mindspore_serving-1.5.0-cp38-cp38-linux_x86_64.whl"
+    )
+    # The vendor publishes no checksum: the user's (here the test's pin) is what the host preflight needs.
+    assert catalog["serving"]["1.5.0"]["wheels"]["cp38"]["sha256"] is None
+    # Serving's GPU inference needs TensorRT: enabling Serving enables the stack's TensorRT 7.2.2.3.
+    assert stack["tensorrt"]["enabled"] is True and stack["tensorrt"]["required_by_serving"] is True
+    assert stack["tensorrt"]["version"] == "7.2.2.3"
+
+
+def test_serving_2_0_comes_from_pypi_with_its_protobuf_pin(resolve, stack_catalog):
+    stack = resolve(name="ms2.0-cuda11.1", serving_enabled=True, artifact_cache_dir="/srv/cache")["stack"]
+    serving = stack["serving"]
+    assert serving["version"] == "2.0.2" and serving["pins"] == ["protobuf<=3.20.3"]
+    wheel = serving["wheels"]["cp38"]
+    assert wheel["source"] == "pypi" and wheel["requirement"] == "mindspore-serving==2.0.2"
+    assert wheel["local_path"] == "/srv/cache/mindspore_serving-2.0.2-cp38-cp38-manylinux1_x86_64.whl"
+    downloads = [d for d in stack["artifact_cache"]["downloads"] if d["component"] == "serving"]
+    assert {d["python_tag"] for d in downloads} == {"cp37", "cp38", "cp39"}
+    # The wheelhouse holds Serving's dependencies too; the two big wheels are cached on their own.
+    (house,) = stack_catalog.cache_wheelhouses([stack], ["cp38"], ["serving"])
+    assert house["requirements"] == ["mindspore==2.0.0", "pillow<10", "mindspore-serving==2.0.2", "protobuf<=3.20.3"]
+    assert house["exclude"] == [
+        "mindspore-2.0.0-cp38-cp38-manylinux1_x86_64.whl",
+        "mindspore_serving-2.0.2-cp38-cp38-manylinux1_x86_64.whl",
+    ]
+
+
+def test_vendor_serving_wheelhouse_uses_the_catalogs_dependency_list(resolve, stack_catalog, catalog):
+    stack = resolve(serving_enabled=True, artifact_cache_dir="/srv/cache")["stack"]
+    (house,) = stack_catalog.cache_wheelhouses([stack], ["cp38"], ["mindspore", "serving"])
+    assert "mindspore-serving==1.5.0" not in house["requirements"]  # not on PyPI
+    assert house["requirements"][-len(catalog["serving"]["1.5.0"]["dependencies"]) :] == (
+        catalog["serving"]["1.5.0"]["dependencies"]
+    )
+
+
+@pytest.mark.parametrize("name", ["ms1.10-cuda11.1", "ms2.2-cuda11.6"])
+def test_serving_on_a_stack_without_serving_is_refused_by_name(resolve, name):
+    result = resolve(name=name, serving_enabled=True)
+    (error,) = [e for e in result["errors"] if e.startswith("stack_serving_enabled")]
+    assert f"'{name}' has no MindSpore Serving release" in error
+    assert "ms1.5-cuda11.1, ms2.0-cuda11.1" in error
+    assert result["stack"]["serving"]["enabled"] is False
+
+
+def test_serving_that_does_not_serve_the_chosen_mindspore_is_refused(resolve):
+    # ms1.5's Serving 1.5.0 serves MindSpore 1.5.x; an override outside that is refused.
+    result = resolve(name="ms2.0-cuda11.1", serving_enabled=True, mindspore_version="2.2.14", cuda_version="11.6")
+    errors = [e for e in result["errors"] if e.startswith("stack_serving_enabled")]
+    assert errors and "serves MindSpore 2.0.0, not 2.2.14" in errors[0]
+
+
+def test_serving_enabled_must_be_a_boolean(resolve):
+    errors = resolve(serving_enabled="yes please")["errors"]
+    assert "stack_serving_enabled: 'yes please' is not a boolean; allowed: true, false" in errors

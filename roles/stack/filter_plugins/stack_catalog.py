@@ -22,6 +22,7 @@ DISPLAY = {
     "cudnn": "cuDNN",
     "nccl": "NCCL",
     "tensorrt": "TensorRT",
+    "serving": "MindSpore Serving",
 }
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 URL_RE = re.compile(r"^(https?|file)://\S+$")
@@ -220,6 +221,7 @@ class _Resolver:
 
         self.resolve_cudnn(stack, resolved, cuda_version, ms, art)
         self.resolve_nccl(stack, resolved, cuda_version, art)
+        self.resolve_serving(stack, resolved, art)
         self.resolve_tensorrt(stack, resolved, cuda_version, art)
         self.resolve_driver(stack, resolved, versions, art)
         resolved["openmpi"] = {"version": str(stack["openmpi"]), **self.catalog["openmpi"][str(stack["openmpi"])]}
@@ -246,6 +248,8 @@ class _Resolver:
         chosen += [(c, "", resolved[c].get("artifact", {})) for c in ("cudnn", "nccl", "tensorrt")]
         chosen.append(("nvidia_driver", "", resolved["driver"].get("artifact", {})))
         chosen += [("mindspore", tag, wheel) for tag, wheel in resolved["mindspore"]["wheels"].items()]
+        if resolved.get("serving", {}).get("enabled"):
+            chosen += [("serving", tag, wheel) for tag, wheel in resolved["serving"]["wheels"].items()]
         return [(component, tag, art) for component, tag, art in chosen if art and art.get("file")]
 
     def apply_cache(self, resolved: dict[str, Any]) -> None:
@@ -379,11 +383,62 @@ class _Resolver:
             "artifact": art(entry[method]) if method in entry else {},
         }
 
+    def resolve_serving(self, stack: dict[str, Any], resolved: dict[str, Any], art: Any) -> None:
+        """MindSpore Serving: the release the stack names for its MindSpore, when stack_serving_enabled."""
+        enabled = self.setting("serving_enabled", False)
+        if not isinstance(enabled, bool):
+            self.error("stack_serving_enabled", f"'{enabled}' is not a boolean; allowed: true, false")
+            enabled = False
+        version = str(stack.get("serving") or "")
+        entry = self.catalog.get("serving", {}).get(version, {})
+        ms_version = resolved["mindspore"]["version"]
+        with_serving = [
+            name
+            for name, s in self.catalog["stacks"].items()
+            if s.get("serving")
+            and str(s.get("mindspore")) in self.catalog.get("serving", {}).get(str(s["serving"]), {}).get("mindspore", [])
+        ]
+        available = bool(entry) and ms_version in entry.get("mindspore", [])
+        resolved["serving"] = {
+            "enabled": False,
+            "available": available,
+            "version": version if available else "",
+            "package": entry.get("package", ""),
+            "pins": list(entry.get("pins", [])),
+            "dependencies": list(entry.get("dependencies", [])),
+            "tensorrt_required": bool(entry.get("tensorrt_required", False)),
+            "wheels": {
+                tag: art(dict(w, package=entry.get("package"), version=version))
+                for tag, w in entry.get("wheels", {}).items()
+            }
+            if available
+            else {},
+        }
+        if not enabled:
+            return
+        if not available:
+            why = (
+                f"MindSpore Serving {version} serves MindSpore {_allowed(entry.get('mindspore', []))}, not "
+                f"{ms_version} (stack_mindspore_version)"
+                if entry
+                else f"the stack '{resolved['name']}' has no MindSpore Serving release in the catalog"
+            )
+            self.error(
+                "stack_serving_enabled",
+                f"{why}; allowed: false, or a stack_name with Serving: {_allowed(with_serving)}",
+            )
+            return
+        resolved["serving"]["enabled"] = True
+
     def resolve_tensorrt(self, stack: dict[str, Any], resolved: dict[str, Any], cuda_version: str, art: Any) -> None:
         enabled = self.setting("tensorrt_enabled", False)
         if not isinstance(enabled, bool):
             self.error("stack_tensorrt_enabled", f"'{enabled}' is not a boolean; allowed: true, false")
             enabled = False
+        serving = resolved.get("serving", {})
+        # Serving's GPU inference needs TensorRT: enabling Serving enables the stack's TensorRT.
+        required_by_serving = bool(serving.get("enabled") and serving.get("tensorrt_required"))
+        enabled = enabled or required_by_serving
         if not enabled:
             resolved["tensorrt"] = {"enabled": False, "disk_mb": 0}
             return
@@ -399,6 +454,7 @@ class _Resolver:
         method = self.method("tensorrt", entry, version, stack)
         resolved["tensorrt"] = {
             "enabled": True,
+            "required_by_serving": required_by_serving,
             "version": version,
             "method": method,
             "disk_mb": entry.get("disk_mb", 0),
@@ -461,21 +517,32 @@ def cache_manifest(stacks: list[dict[str, Any]], python_tags: list[str], compone
 
 def cache_wheelhouses(stacks: list[dict[str, Any]], python_tags: list[str], components: list[str]) -> list[dict]:
     """One wheelhouse of MindSpore's dependencies per (stack, Python tag) of the hosts, when the
-    cache is on and the run installs MindSpore."""
+    cache is on and the run installs MindSpore (or Serving, whose dependencies it also holds)."""
     houses: dict[str, dict[str, Any]] = {}
-    if "mindspore" not in components:
+    if "mindspore" not in components and "serving" not in components:
         return []
     for stack, tag in zip(stacks, python_tags):
         base = stack.get("artifact_cache", {}).get("wheelhouse", "")
         ms = stack.get("mindspore", {})
         if base and tag in ms.get("wheels", {}):
+            requirements = [f"{ms['package']}=={ms['version']}", *ms.get("pins", [])]
+            exclude = [ms["wheels"][tag]["file"]]
+            serving = stack.get("serving", {})
+            if serving.get("enabled") and tag in serving.get("wheels", {}):
+                wheel = serving["wheels"][tag]
+                # A PyPI release brings its own dependencies; the vendor's wheel is not on the index,
+                # so the catalog lists its dependencies instead.
+                if wheel.get("source") == "pypi":
+                    requirements.append(f"{serving['package']}=={serving['version']}")
+                requirements += [*serving.get("dependencies", []), *serving.get("pins", [])]
+                exclude.append(wheel["file"])
             houses.setdefault(
                 f"{base}-{tag}",
                 {
                     "dir": f"{base}-{tag}",
                     "python_tag": tag,
-                    "requirements": [f"{ms['package']}=={ms['version']}", *ms.get("pins", [])],
-                    "exclude": ms["wheels"][tag]["file"],
+                    "requirements": requirements,
+                    "exclude": exclude,
                     "index_url": stack.get("sources", {}).get("pypi", ""),
                 },
             )
