@@ -66,7 +66,10 @@ def pinned(catalog) -> dict[str, str]:
 # site.yml against a real container, proving the host did not change.
 RESOLVER_REFUSALS = [
     pytest.param(
-        {"name": "ms9.9-cuda99"}, "stack_name", "ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.0-cuda11.1, ms2.2-cuda11.6", id="name-0"
+        {"name": "ms9.9-cuda99"},
+        "stack_name",
+        "ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.0-cuda11.1, ms2.2-cuda11.6",
+        id="name-0",
     ),
     pytest.param({"mindspore_version": "1.7.0"}, "stack_mindspore_version", "allowed: ", id="mindspore_version-1"),
     pytest.param(

@@ -390,14 +390,14 @@ class _Resolver:
             self.error("stack_serving_enabled", f"'{enabled}' is not a boolean; allowed: true, false")
             enabled = False
         version = str(stack.get("serving") or "")
-        entry = self.catalog.get("serving", {}).get(version, {})
         ms_version = resolved["mindspore"]["version"]
+        releases = self.catalog.get("serving", {})
         with_serving = [
             name
             for name, s in self.catalog["stacks"].items()
-            if s.get("serving")
-            and str(s.get("mindspore")) in self.catalog.get("serving", {}).get(str(s["serving"]), {}).get("mindspore", [])
+            if s.get("serving") and str(s.get("mindspore")) in releases.get(str(s["serving"]), {}).get("mindspore", [])
         ]
+        entry = releases.get(version, {})
         available = bool(entry) and ms_version in entry.get("mindspore", [])
         resolved["serving"] = {
             "enabled": False,
