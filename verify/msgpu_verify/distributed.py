@@ -523,16 +523,21 @@ def summary_line(document: Dict[str, Any]) -> str:
     return line if document["verdict"] == "OK" else f"{line}: {document['explanation']}"
 
 
-def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hostfile", required=True, help="OpenMPI hostfile (roles/openmpi: /etc/msgpu/mpi/hostfile)")
-    parser.add_argument("--mpirun", default="mpirun")
-    parser.add_argument("--data", default="", help="prepared MNIST folder (train/ and test/), the same on every host")
+def _training_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every rank trains with: the same for the launcher and its workers."""
     parser.add_argument("--steps", type=_positive, default=3000)
     parser.add_argument("--batch-size", type=_positive, default=32)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="GPU", choices=["GPU"])
+
+
+def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hostfile", required=True, help="OpenMPI hostfile (roles/openmpi: /etc/msgpu/mpi/hostfile)")
+    parser.add_argument("--mpirun", default="mpirun")
+    parser.add_argument("--data", default="", help="prepared MNIST folder (train/ and test/), the same on every host")
+    _training_arguments(parser)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--gpus", type=int, help="GPU count of this host instead of asking nvidia-smi -L (tests)")
     parser.add_argument("--nvidia-smi", default="nvidia-smi", help="'' turns the per-GPU process sampling off")
@@ -672,9 +677,4 @@ def worker_main(args: argparse.Namespace) -> int:
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True)
-    parser.add_argument("--steps", type=_positive, default=3000)
-    parser.add_argument("--batch-size", type=_positive, default=32)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--device", default="GPU", choices=["GPU"])
+    _training_arguments(parser)
