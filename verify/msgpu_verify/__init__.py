@@ -2,11 +2,13 @@
 
 Commands (``python -m msgpu_verify <command>``): ``judge`` (MindSpore's run_check plus an independent
 computation, classified into one verdict), ``mnist`` (prepare the MNIST layout MindSpore reads),
-``bench`` (the seed's LeNet5 training, measured), ``report`` (Markdown + self-contained HTML over many
-hosts) and ``seed`` (the seed's ``main.py`` command line on top of the fast harness).
+``bench`` (the seed's LeNet5 training, measured), ``distributed`` (data-parallel LeNet5 under mpirun),
+``serving`` (the trained LeNet5 as a MindSpore Serving servable, queried with the client), ``report``
+(Markdown + self-contained HTML over many hosts) and ``seed`` (the seed's ``main.py`` command line on top
+of the fast harness).
 
-Runs on Python 3.8 (the MindSpore venv on Ubuntu 20.04) and newer. Only ``bench``/``lenet`` import
-MindSpore or numpy, lazily, inside child processes.
+Runs on Python 3.8 (the MindSpore venv on Ubuntu 20.04) and newer. MindSpore, Serving and numpy are
+imported only inside child processes.
 """
 
 from __future__ import annotations

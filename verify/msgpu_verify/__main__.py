@@ -1,4 +1,7 @@
-"""Command line: ``python -m msgpu_verify judge|mnist|bench|distributed|report|seed|doctor ...`` (verify/README.md)."""
+"""Command line: ``python -m msgpu_verify judge|mnist|bench|serving|distributed|report|seed|doctor ...``.
+
+verify/README.md describes every command.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from . import distributed as distributed_mod
 from . import doctor as doctor_mod
 from . import judge as judge_mod
 from . import mnist as mnist_mod
+from . import serving as serving_mod
 
 
 def write_json(document: Dict[str, Any], path: Optional[str]) -> None:
@@ -105,7 +109,17 @@ def _bench(run_bench, args: argparse.Namespace) -> Dict[str, Any]:
         timeout_s=args.timeout,
         python=args.python,
         random_seed=args.random_seed,
+        checkpoint=args.save_checkpoint,
     )
+
+
+def cmd_serving(args: argparse.Namespace) -> int:
+    document = serving_mod.run_launcher(args)
+    write_json(document, args.json)
+    print(serving_mod.summary_line(document))
+    if not args.json:
+        print(json.dumps(document, sort_keys=True))
+    return 0 if document["verdict"] in serving_mod.PASSING else 1
 
 
 def cmd_distributed(args: argparse.Namespace) -> int:
@@ -198,10 +212,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--random-seed", type=int, default=1, help="weights and shuffles (default 1: every run comparable)")
     p.add_argument("--compare-seed", action="store_true")
+    p.add_argument("--save-checkpoint", metavar="PATH", help="save the trained LeNet5 there (for `serving`)")
     p.add_argument("--timeout", type=float)
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--json")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("serving", help="LeNet5 as a MindSpore Serving servable: export, validate, serve, query")
+    serving_mod.add_arguments(p)
+    p.set_defaults(func=cmd_serving)
 
     p = sub.add_parser("distributed", help="data-parallel LeNet5 under mpirun + NCCL: every GPU busy, one verdict")
     distributed_mod.add_launcher_arguments(p)

@@ -5,7 +5,8 @@ judge or bench may be missing or null (a host that failed). On top, the fleet se
 hosts: how many are OK, the fleet's median images/s (per training device), each host as a share of it;
 hosts that failed or run below ``slow_below`` of the median come first, with the reason. Then the
 data-parallel check (``distributed.json``, msgpu_verify.distributed) and the MPI smoke test
-(``mpi_smoke.json``: hosts, ranks, sum, seconds, ok) when the results folder has them. Standard
+(``mpi_smoke.json``: hosts, ranks, sum, seconds, ok) when the results folder has them, and the MindSpore
+Serving check (msgpu_verify.serving) of every host whose result has a "serving" entry. Standard
 library only: runs on the controller. Every value taken from the JSON is HTML-escaped; the HTML has no
 scripts and no external references (inline CSS, inline SVG drawn here).
 """
@@ -20,7 +21,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
-VERDICT_COLOURS = {"OK": "#2ca02c", "NO_GPU": "#ff7f0e", "HANG": "#9467bd", "NOT_RUN": "#7f7f7f"}
+VERDICT_COLOURS = {
+    "OK": "#2ca02c",
+    "NO_GPU": "#ff7f0e",
+    "NO_DEVICE": "#ff7f0e",
+    "HANG": "#9467bd",
+    "NOT_RUN": "#7f7f7f",
+}
 STATUS_COLOURS = {"OK": "#2ca02c", "SLOW": "#ff7f0e", "FAILED": "#d62728"}
 # Fleet-wide results that may sit in the results folder (or next to the host files): never a host.
 FLEET_FILES = {"distributed": "distributed.json", "mpi_smoke": "mpi_smoke.json"}
@@ -258,6 +265,97 @@ def smoke_text(smoke: Dict[str, Any]) -> str:
     return text + (f". {detail}" if detail else ".")
 
 
+def serving_rows(results: List[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]]:
+    """One row per host whose result has "serving"; None when no host has one (the section is left out)."""
+    if not any("serving" in result for result in results):
+        return None
+    rows: List[Dict[str, Any]] = []
+    for result in results:
+        if "serving" not in result:
+            continue
+        doc = result.get("serving")
+        doc = doc if isinstance(doc, dict) else {"verdict": "MISSING", "explanation": "no serving result was fetched"}
+        server_accuracy, pipeline_accuracy = _num(doc.get("server_accuracy")), _num(doc.get("pipeline_accuracy"))
+        if server_accuracy is not None:
+            accuracy, source = server_accuracy, "server"
+        elif pipeline_accuracy is not None:
+            accuracy, source = pipeline_accuracy, "pipeline (CPU, no server)"
+        else:
+            accuracy, source = None, None
+        steps = doc.get("steps") if isinstance(doc.get("steps"), dict) else {}
+        images = (steps.get("server") or {}).get("images") or (steps.get("pipeline") or {}).get("images")
+        not_run = doc.get("not_run")
+        rows.append(
+            {
+                "host": str(result.get("host")),
+                "verdict": str(doc.get("verdict") or "MISSING"),
+                "version": doc.get("mindspore_serving_version"),
+                "accuracy": accuracy,
+                "accuracy_source": source,
+                "images": images,
+                "p50_ms": _num((doc.get("latency_ms") or {}).get("p50")),
+                "p95_ms": _num((doc.get("latency_ms") or {}).get("p95")),
+                "explanation": str(doc.get("explanation") or doc.get("error") or ""),
+                "not_run": [str(n) for n in not_run] if isinstance(not_run, list) else [],
+            }
+        )
+    return rows
+
+
+def _serving_accuracy(row: Dict[str, Any]) -> str:
+    if row["accuracy"] is None:
+        return "-"
+    return f"{_fmt(row['accuracy'], percent=True)} ({row['accuracy_source']}, {row['images']} images)"
+
+
+def markdown_serving(rows: List[Dict[str, Any]]) -> List[str]:
+    lines = [
+        "## MindSpore Serving (LeNet5 servable, method predict_digit)",
+        "",
+        "| host | verdict | Serving | accuracy | p50 / p95 request ms | explanation | could not run |",
+        "| --- | --- | --- | --- | ---: | --- | --- |",
+    ]
+    for row in rows:
+        lines.append(
+            "| {} | **{}** | {} | {} | {} / {} | {} | {} |".format(
+                _md_cell(row["host"]),
+                _md_cell(row["verdict"]),
+                _md_cell(row["version"] or "-"),
+                _md_cell(_serving_accuracy(row)),
+                _fmt(row["p50_ms"], 2),
+                _fmt(row["p95_ms"], 2),
+                _md_cell(row["explanation"]),
+                _md_cell("; ".join(row["not_run"]) or "-"),
+            )
+        )
+    return [*lines, ""]
+
+
+def html_serving(rows: List[Dict[str, Any]]) -> List[str]:
+    body = [
+        "<h2>MindSpore Serving (LeNet5 servable, method predict_digit)</h2>",
+        "<table><tr><th>host</th><th>verdict</th><th>Serving</th><th>accuracy</th><th>p50 / p95 request ms</th>"
+        "<th>explanation</th><th>could not run</th></tr>",
+    ]
+    for row in rows:
+        colour = VERDICT_COLOURS.get(row["verdict"], "#d62728")
+        body.append(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            '<td class="n">{} / {}</td><td>{}</td><td>{}</td></tr>'.format(
+                _e(row["host"]),
+                _badge(row["verdict"], colour),
+                _e(row["version"] or "-"),
+                _e(_serving_accuracy(row)),
+                _e(_fmt(row["p50_ms"], 2)),
+                _e(_fmt(row["p95_ms"], 2)),
+                _e(row["explanation"]),
+                "<br>".join(_e(n) for n in row["not_run"]) or "-",
+            )
+        )
+    body.append("</table>")
+    return body
+
+
 def fleet_lines(fleet: Dict[str, Any]) -> List[str]:
     """The fleet section in a few plain lines, flagged hosts first (for the playbook's and the CLI's output)."""
     medians = ", ".join(f"{v:,.1f} ({k})" for k, v in fleet["median_images_per_s"].items()) or "-"
@@ -269,6 +367,8 @@ def fleet_lines(fleet: Dict[str, Any]) -> List[str]:
     smoke = fleet.get("mpi_smoke")
     if smoke is not None:
         lines.append(f"mpi smoke: {'OK' if smoke['ok'] else 'FAILED'} {smoke_text(smoke)}")
+    for row in fleet.get("serving") or []:
+        lines.append(f"serving {row['host']}: {row['verdict']} {row['explanation']}".rstrip())
     return lines
 
 
@@ -350,6 +450,8 @@ def markdown(title: str, rows: List[Dict[str, Any]], generated: str, fleet: Opti
                 _fmt(row["p95_ms"], 2),
             )
         )
+    if fleet is not None and fleet.get("serving"):
+        lines += ["", *markdown_serving(fleet["serving"])]
     hints = [row for row in rows if row["verdict"] != "OK" and row.get("hint")]
     if hints:
         lines += ["", "## What to do", ""]
@@ -536,6 +638,8 @@ def html_page(
             )
         )
     body.append("</table>")
+    if fleet is not None and fleet.get("serving"):
+        body += html_serving(fleet["serving"])
     series: List[Tuple[str, List[Tuple[float, float]]]] = []
     bars: List[Tuple[str, float, Optional[float]]] = []
     for result, row in zip(results, rows):
@@ -575,6 +679,9 @@ def write_report(
     fleet["mpi_smoke"] = mpi_smoke_summary(
         load_fleet_file(mpi_smoke or find_fleet_file(input_dir, FLEET_FILES["mpi_smoke"]))
     )
+    serving = serving_rows(results)
+    if serving is not None:
+        fleet["serving"] = serving
     generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out_dir.mkdir(parents=True, exist_ok=True)
     md_path, html_path, summary_path = out_dir / "report.md", out_dir / "report.html", out_dir / "summary.json"
