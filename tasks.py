@@ -3,7 +3,7 @@
 ./toolkit --list                  all tasks
 ./toolkit provision               provision one local sandbox host (no GPU), end to end
 ./toolkit provision -i inventory/mysite/hosts.yml
-./toolkit test                    lint + unit + integration + molecule, as CI runs it
+./toolkit test                    lint + unit + integration + fleet + serving + molecule, as CI runs it
 """
 
 from __future__ import annotations
@@ -241,6 +241,13 @@ def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "") 
                 env=env,
                 what="fleet tests (4 containers on their own network: cache, offline, unreachable host, MPI)",
             )
+            timings["serving"] = _run(
+                c,
+                "pytest -q -s tests/serving",
+                env=env,
+                what="serving tests (MindSpore 2.0 + Serving 2.0.2 from PyPI on a fresh container: role, "
+                "launcher, verify.yml's Serving check, uninstall)",
+            )
         with _fixture_mirror() as group_vars:
             for name in [scenario] if scenario else list(SCENARIOS):
                 _write_group_vars(name, {**group_vars, **SCENARIO_VARS[name]})
@@ -365,6 +372,7 @@ COMPONENT_STATES = {
     "openmpi": "openmpi_state",
     "mindspore": "mindspore_state",
     "tensorrt": "tensorrt_state",
+    "serving": "serving_state",
 }
 
 

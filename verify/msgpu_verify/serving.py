@@ -150,9 +150,11 @@ def detect_gpus(device: str, nvidia_smi: str) -> Tuple[int, str]:
 class Runner:
     """Runs each step's child with the time limit and PYTHONPATH pointing at this package."""
 
-    def __init__(self, python: str, timeout_s: float) -> None:
+    def __init__(self, python: str, timeout_s: float, work_dir: Optional[Path] = None) -> None:
         self.python = python
         self.timeout_s = timeout_s
+        # Serving writes serving_logs/ and unix_socket_files/ into its working directory: one of ours.
+        self.work_dir = work_dir
         package_parent = str(Path(__file__).resolve().parent.parent)
         self.env = dict(os.environ)
         self.env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the servable folder Serving scans
@@ -162,7 +164,11 @@ class Runner:
 
     def __call__(self, step: str, config: Dict[str, Any]) -> Dict[str, Any]:
         argv = [self.python, "-m", "msgpu_verify.serving", "--child", step, json.dumps(config)]
-        child = run_child(argv, self.timeout_s, env=self.env, cwd="/")
+        cwd = "/"
+        if self.work_dir is not None:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            cwd = str(self.work_dir)
+        child = run_child(argv, self.timeout_s, env=self.env, cwd=cwd)
         raw = find_result(child.output)
         tail = "\n".join(strip_markers(child.output))[-3000:]
         if child.timed_out:
@@ -332,8 +338,8 @@ def not_run_notes(steps: Dict[str, Dict[str, Any]]) -> List[str]:
 
 def run_launcher(args: argparse.Namespace, runner: Optional[Callable] = None) -> Dict[str, Any]:
     started = time.monotonic()
-    run = runner or Runner(args.python, args.timeout)
     servables = Path(args.servables)
+    run = runner or Runner(args.python, args.timeout, servables.resolve().parent / "serving-work")
     document: Dict[str, Any] = {
         "servable": {
             "name": SERVABLE,
