@@ -127,10 +127,10 @@ def test_serving_on_the_seed_stack_comes_from_the_vendor_and_brings_tensorrt(res
     assert stack["tensorrt"]["version"] == "7.2.2.3"
 
 
-def test_serving_2_0_comes_from_pypi_with_its_protobuf_pin(resolve, stack_catalog):
+def test_serving_2_0_comes_from_pypi_with_its_pins(resolve, stack_catalog):
     stack = resolve(name="ms2.0-cuda11.1", serving_enabled=True, artifact_cache_dir="/srv/cache")["stack"]
     serving = stack["serving"]
-    assert serving["version"] == "2.0.2" and serving["pins"] == ["protobuf<=3.20.3"]
+    assert serving["version"] == "2.0.2" and serving["pins"] == ["protobuf<=3.20.3", "numpy<1.24"]
     wheel = serving["wheels"]["cp38"]
     assert wheel["source"] == "pypi" and wheel["requirement"] == "mindspore-serving==2.0.2"
     assert wheel["local_path"] == "/srv/cache/mindspore_serving-2.0.2-cp38-cp38-manylinux1_x86_64.whl"
@@ -138,7 +138,13 @@ def test_serving_2_0_comes_from_pypi_with_its_protobuf_pin(resolve, stack_catalo
     assert {d["python_tag"] for d in downloads} == {"cp37", "cp38", "cp39"}
     # The wheelhouse holds Serving's dependencies too; the two big wheels are cached on their own.
     (house,) = stack_catalog.cache_wheelhouses([stack], ["cp38"], ["serving"])
-    assert house["requirements"] == ["mindspore==2.0.0", "pillow<10", "mindspore-serving==2.0.2", "protobuf<=3.20.3"]
+    assert house["requirements"] == [
+        "mindspore==2.0.0",
+        "pillow<10",
+        "mindspore-serving==2.0.2",
+        "protobuf<=3.20.3",
+        "numpy<1.24",
+    ]
     assert house["exclude"] == [
         "mindspore-2.0.0-cp38-cp38-manylinux1_x86_64.whl",
         "mindspore_serving-2.0.2-cp38-cp38-manylinux1_x86_64.whl",
@@ -149,8 +155,9 @@ def test_vendor_serving_wheelhouse_uses_the_catalogs_dependency_list(resolve, st
     stack = resolve(serving_enabled=True, artifact_cache_dir="/srv/cache")["stack"]
     (house,) = stack_catalog.cache_wheelhouses([stack], ["cp38"], ["mindspore", "serving"])
     assert "mindspore-serving==1.5.0" not in house["requirements"]  # not on PyPI
-    assert house["requirements"][-len(catalog["serving"]["1.5.0"]["dependencies"]) :] == (
-        catalog["serving"]["1.5.0"]["dependencies"]
+    assert (
+        house["requirements"][-len(catalog["serving"]["1.5.0"]["dependencies"]) :]
+        == (catalog["serving"]["1.5.0"]["dependencies"])
     )
 
 
