@@ -245,8 +245,8 @@ def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "") 
                 c,
                 "pytest -q -s tests/serving",
                 env=env,
-                what="serving tests (MindSpore 2.0 + Serving 2.0.2 from PyPI on a fresh container: role, "
-                "launcher, verify.yml's Serving check, uninstall)",
+                what="serving tests (the catalog's stack with MindSpore and Serving from PyPI, on a fresh "
+                "container: role, launcher, verify.yml's Serving check, uninstall)",
             )
         with _fixture_mirror() as group_vars:
             for name in [scenario] if scenario else list(SCENARIOS):

@@ -113,22 +113,22 @@ def _bench(run_bench, args: argparse.Namespace) -> Dict[str, Any]:
     )
 
 
-def cmd_serving(args: argparse.Namespace) -> int:
-    document = serving_mod.run_launcher(args)
+def _launch(module, args: argparse.Namespace) -> int:
+    """A check with a launcher (serving, distributed): run it, write and print its document, exit by verdict."""
+    document = module.run_launcher(args)
     write_json(document, args.json)
-    print(serving_mod.summary_line(document))
+    print(module.summary_line(document))
     if not args.json:
         print(json.dumps(document, sort_keys=True))
-    return 0 if document["verdict"] in serving_mod.PASSING else 1
+    return 0 if document["verdict"] in module.PASSING else 1
+
+
+def cmd_serving(args: argparse.Namespace) -> int:
+    return _launch(serving_mod, args)
 
 
 def cmd_distributed(args: argparse.Namespace) -> int:
-    document = distributed_mod.run_launcher(args)
-    write_json(document, args.json)
-    print(distributed_mod.summary_line(document))
-    if not args.json:
-        print(json.dumps(document, sort_keys=True))
-    return 0 if document["verdict"] in distributed_mod.PASSING else 1
+    return _launch(distributed_mod, args)
 
 
 def cmd_distributed_worker(args: argparse.Namespace) -> int:

@@ -444,34 +444,24 @@ def summary_line(document: Dict[str, Any]) -> str:
     return f"serving: {document['verdict']} - {document['explanation']} [{timing}]"
 
 
-def _images(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_IMAGES:
-        raise argparse.ArgumentTypeError(f"--images {text!r}: allowed is a whole number from 1 to {MAX_IMAGES}")
-    return value
+def _bounded(flag: str, kind: type, low: float, high: float, allowed: str) -> Callable[[str], Any]:
+    """An argparse type: `kind` of the text, refused with `allowed` outside [low, high]."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: allowed is {allowed}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: allowed is {allowed}")
+        return value
+
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value >= 5:
-        raise argparse.ArgumentTypeError(f"--timeout {text!r}: allowed is a number of seconds >= 5")
-    return value
-
-
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"--min-accuracy {text!r}: allowed is a fraction from 0 to 1")
-    return value
+_images = _bounded("--images", int, 1, MAX_IMAGES, f"a whole number from 1 to {MAX_IMAGES}")
+_seconds = _bounded("--timeout", float, 5, float("inf"), "a number of seconds >= 5")
+_share = _bounded("--min-accuracy", float, 0.0, 1.0, "a fraction from 0 to 1")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
