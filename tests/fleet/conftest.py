@@ -112,3 +112,5 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             yield Fleet(NAMES, served, cache, group_vars, tmp_path_factory.mktemp("fleet"))
     finally:
         fleet_bed.stop(NAMES)
+        # Rebuilt by the next run anyway; the later stages need the disk space.
+        shutil.rmtree(cache, ignore_errors=True)

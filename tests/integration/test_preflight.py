@@ -27,6 +27,7 @@ def test_good_configuration_passes_and_changes_nothing(focal_host, inventory_for
     result = run_playbook("preflight.yml", inventory_for(focal_host))
     assert result.rc == 0, result.output
     assert "ms1.5-cuda11.1: mindspore-gpu 1.5.1 (cp38)" in result.output
+    assert "installed already: none of its parts." in " ".join(result.output.split())
     assert "changed=0" in result.output
     assert focal_host.fingerprint() == before
 
@@ -134,6 +135,33 @@ def test_configuration_refusal_leaves_the_host_unchanged(focal_host, inventory_f
     assert focal_host.fingerprint() == before
 
 
+def test_disk_check_counts_only_the_parts_not_yet_installed(focal_host, inventory_for):
+    """/dev/shm is a 64 MiB tmpfs in every Docker container: far too small for a new stack, enough
+    for a re-run once the parts' install markers are there (a converged host on a nearly full disk)."""
+    prefix = "/dev/shm/msgpu-prefix"
+    settings = {"stack_install_prefix": prefix}
+    assert focal_host.sh(f"mkdir -p {prefix}").returncode == 0
+    try:
+        empty = run_playbook("preflight.yml", inventory_for(focal_host), settings)
+        assert empty.rc != 0
+        flat = " ".join(empty.output.split())
+        assert f"stack_install_prefix '{prefix}' has" in flat
+        assert "needs 10800 MiB more there (CUDA 11.1, cuDNN 8.0.5, NCCL 2.8.4; 10800 MiB in all)" in flat
+
+        markers = ("cuda-11.1/.msgpu-installed", "cuda-11.1/.msgpu-cudnn")
+        assert focal_host.sh(f"mkdir -p {prefix}/cuda-11.1 && cd {prefix} && touch {' '.join(markers)}").returncode == 0
+        partial = run_playbook("preflight.yml", inventory_for(focal_host), settings)
+        assert partial.rc != 0
+        assert "needs 300 MiB more there (NCCL 2.8.4; 10800 MiB in all)" in " ".join(partial.output.split())
+
+        assert focal_host.sh(f"touch {prefix}/cuda-11.1/.msgpu-nccl").returncode == 0
+        complete = run_playbook("preflight.yml", inventory_for(focal_host), settings)
+        assert complete.rc == 0, complete.output[-3000:]
+        assert "installed already: CUDA 11.1, cuDNN 8.0.5, NCCL 2.8.4." in " ".join(complete.output.split())
+    finally:
+        focal_host.sh(f"rm -rf {prefix}")
+
+
 def test_unsupported_os_is_refused(bullseye_host, inventory_for):
     before = bullseye_host.fingerprint()
     result = run_playbook("site.yml", inventory_for(bullseye_host))
@@ -171,3 +199,4 @@ def test_an_unreachable_host_does_not_stop_the_others(focal_host, inventory_for)
     assert re.search(r"unreachable=1\b", recap.get(gone.name, "")), result.output[-3000:]
     assert re.search(r"unreachable=0\s+failed=0\b", recap.get(focal_host.name, "")), result.output[-3000:]
     assert "ms1.5-cuda11.1: mindspore-gpu 1.5.1 (cp38)" in result.output
+    assert "installed already: none of its parts." in " ".join(result.output.split())

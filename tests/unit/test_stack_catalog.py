@@ -180,3 +180,31 @@ def test_serving_that_does_not_serve_the_chosen_mindspore_is_refused(resolve):
 def test_serving_enabled_must_be_a_boolean(resolve):
     errors = resolve(serving_enabled="yes please")["errors"]
     assert "stack_serving_enabled: 'yes please' is not a boolean; allowed: true, false" in errors
+
+
+def test_disk_parts_name_what_goes_under_the_prefix_and_how_to_tell_it_is_there(resolve):
+    stack = resolve()["stack"]
+    parts = {p["name"]: p for p in stack["disk"]}
+    assert list(parts) == ["CUDA 11.1", "cuDNN 8.0.5", "NCCL 2.8.4"]
+    assert parts["CUDA 11.1"]["path"] == "cuda-11.1/.msgpu-installed"
+    assert parts["cuDNN 8.0.5"]["path"] == "cuda-11.1/.msgpu-cudnn"
+    assert parts["NCCL 2.8.4"]["path"] == "cuda-11.1/.msgpu-nccl"
+    assert stack["disk_mb"] == sum(p["mb"] for p in stack["disk"]) == 8000 + 2500 + 300
+
+
+def test_disk_parts_follow_the_install_method(resolve):
+    stack = resolve(
+        cuda_method="cuda_repo", cudnn_method="cuda_repo", tensorrt_enabled=True, cuda_extra_versions=["11.4"]
+    )["stack"]
+    parts = {p["name"]: p for p in stack["disk"]}
+    assert parts["CUDA 11.1"] == {"name": "CUDA 11.1", "mb": 8000, "path": "", "packages": ["cuda-toolkit-11-1"]}
+    assert parts["CUDA 11.4"]["packages"] == ["cuda-toolkit-11-4"]
+    # Debian packages are found by name; the catalog's "=<version>" pins are not part of it.
+    assert parts["cuDNN 8.0.5"]["packages"] == ["libcudnn8", "libcudnn8-dev"]
+    assert parts["TensorRT 7.2.2.3"]["path"] == "TensorRT-7.2.2.3/.msgpu-installed"
+
+
+def test_wheels_go_into_the_virtualenv_and_are_not_counted_under_the_prefix(resolve):
+    stack = resolve(cudnn_version="8.5.0", cudnn_method="wheel", nccl_version="2.14.3", nccl_method="wheel")["stack"]
+    assert [p["name"] for p in stack["disk"]] == ["CUDA 11.1"]
+    assert stack["disk_mb"] == 8000

@@ -235,10 +235,47 @@ class _Resolver:
             for name, entry in self.catalog.get("cuda_wheels", {}).items()
         }
         self.apply_cache(resolved)
-        resolved["disk_mb"] = sum(
-            self.catalog["cuda"][v].get("disk_mb", 0) for v in versions if v in self.catalog["cuda"]
-        ) + sum(resolved[c].get("disk_mb", 0) for c in ("cudnn", "nccl", "tensorrt"))
+        resolved["disk"] = self.disk_parts(resolved)
+        resolved["disk_mb"] = sum(part["mb"] for part in resolved["disk"])
         return resolved
+
+    def disk_parts(self, resolved: dict[str, Any]) -> list[dict[str, Any]]:
+        """What the stack puts under stack_install_prefix, part by part, and how the host preflight
+        tells that a part is already installed (it then needs no more room): a path under the prefix
+        (the role's own install marker, written last) or the Debian packages that carry it. Wheels
+        go into the MindSpore virtualenv, not under the prefix, and are not counted."""
+        cuda = resolved["cuda"]
+        home = f"cuda-{cuda['version']}"
+        parts = [
+            {
+                "name": f"CUDA {t['version']}",
+                "mb": self.catalog["cuda"][t["version"]].get("disk_mb", 0),
+                "path": f"cuda-{t['version']}/.msgpu-installed" if cuda["method"] == "runfile" else "",
+                "packages": [] if cuda["method"] == "runfile" else list(t["artifact"].get("packages", [])),
+            }
+            for t in cuda["toolkits"]
+        ]
+        for component, display in (("cudnn", "cuDNN"), ("nccl", "NCCL"), ("tensorrt", "TensorRT")):
+            entry = resolved[component]
+            if entry.get("enabled") is False or entry.get("method") == "wheel":
+                continue
+            tarball = entry["method"] == "tarball"
+            marker = (
+                f"TensorRT-{entry['version']}/.msgpu-installed"
+                if component == "tensorrt"
+                else f"{home}/.msgpu-{component}"
+            )
+            parts.append(
+                {
+                    "name": f"{display} {entry['version']}",
+                    "mb": entry.get("disk_mb", 0),
+                    "path": marker if tarball else "",
+                    "packages": [] if tarball else list(entry["artifact"].get("packages", [])),
+                }
+            )
+        for part in parts:
+            part["packages"] = [p.split("=", 1)[0] for p in part["packages"]]
+        return parts
 
     # --- the controller's artifact cache ---------------------------------------------------
     @staticmethod
