@@ -49,16 +49,25 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _free_gib() -> str:
+    return f"{shutil.disk_usage(ROOT).free / 2**30:.1f}"
+
+
 def _run(c: Context, cmd: str, env: dict[str, str] | None = None, what: str = "") -> float:
     """Run `cmd` from the project root; raise Exit naming the step when it fails. Returns seconds."""
     started = time.monotonic()
-    print(f"\n==> {what or cmd}", flush=True)
+    # Free disk at each step: the sandbox hosts and caches take tens of GB, and a CI machine's free
+    # space varies; a step that runs out says so here.
+    print(f"\n==> {what or cmd} [{_free_gib()} GiB free]", flush=True)
     with c.cd(str(ROOT)):
         result = c.run(cmd, env=_env(env), warn=True, pty=False)
     elapsed = time.monotonic() - started
     if result is None or not result.ok:
-        raise Exit(f"FAILED: {what or cmd} (exit {getattr(result, 'exited', '?')}, {elapsed:.0f} s)", code=1)
-    print(f"<== {what or cmd}: ok in {elapsed:.0f} s", flush=True)
+        raise Exit(
+            f"FAILED: {what or cmd} (exit {getattr(result, 'exited', '?')}, {elapsed:.0f} s, {_free_gib()} GiB free)",
+            code=1,
+        )
+    print(f"<== {what or cmd}: ok in {elapsed:.0f} s [{_free_gib()} GiB free]", flush=True)
     return elapsed
 
 
