@@ -245,36 +245,40 @@ class _Resolver:
         (the role's own install marker, written last) or the Debian packages that carry it. Wheels
         go into the MindSpore virtualenv, not under the prefix, and are not counted."""
         cuda = resolved["cuda"]
-        home = f"cuda-{cuda['version']}"
+
+        def part(name: str, mb: int, marker: str, method_has_marker: bool, artifact: dict[str, Any]) -> dict[str, Any]:
+            # Debian packages are found by name: the catalog's "=<version>" pins are dropped.
+            packages = [] if method_has_marker else [p.split("=", 1)[0] for p in artifact.get("packages", [])]
+            return {"name": name, "mb": mb, "path": marker if method_has_marker else "", "packages": packages}
+
         parts = [
-            {
-                "name": f"CUDA {t['version']}",
-                "mb": self.catalog["cuda"][t["version"]].get("disk_mb", 0),
-                "path": f"cuda-{t['version']}/.msgpu-installed" if cuda["method"] == "runfile" else "",
-                "packages": [] if cuda["method"] == "runfile" else list(t["artifact"].get("packages", [])),
-            }
+            part(
+                f"CUDA {t['version']}",
+                self.catalog["cuda"][t["version"]].get("disk_mb", 0),
+                f"cuda-{t['version']}/.msgpu-installed",
+                cuda["method"] == "runfile",
+                t["artifact"],
+            )
             for t in cuda["toolkits"]
         ]
         for component, display in (("cudnn", "cuDNN"), ("nccl", "NCCL"), ("tensorrt", "TensorRT")):
             entry = resolved[component]
             if entry.get("enabled") is False or entry.get("method") == "wheel":
                 continue
-            tarball = entry["method"] == "tarball"
             marker = (
                 f"TensorRT-{entry['version']}/.msgpu-installed"
                 if component == "tensorrt"
-                else f"{home}/.msgpu-{component}"
+                else f"cuda-{cuda['version']}/.msgpu-{component}"
             )
             parts.append(
-                {
-                    "name": f"{display} {entry['version']}",
-                    "mb": entry.get("disk_mb", 0),
-                    "path": marker if tarball else "",
-                    "packages": [] if tarball else list(entry["artifact"].get("packages", [])),
-                }
+                part(
+                    f"{display} {entry['version']}",
+                    entry.get("disk_mb", 0),
+                    marker,
+                    entry["method"] == "tarball",
+                    entry["artifact"],
+                )
             )
-        for part in parts:
-            part["packages"] = [p.split("=", 1)[0] for p in part["packages"]]
         return parts
 
     # --- the controller's artifact cache ---------------------------------------------------
