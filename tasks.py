@@ -27,7 +27,7 @@ from invoke import Collection, Context, Exit, task
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from testbed import fixtures, mirror, sandbox  # noqa: E402  (needs ROOT on sys.path)
+from testbed import fixtures, mirror, sandbox, suite  # noqa: E402  (needs ROOT on sys.path)
 
 VENV_BIN = Path(sys.prefix) / "bin"
 SANDBOX_HOST = "msgpu-sandbox-1"
@@ -208,10 +208,50 @@ def _sandbox_group_vars(root: Path, mirror_vars: dict) -> dict:
         "cudnn_expected_version": reports["cudnn_tarball"],
         "nccl_expected_version": reports["nccl_tarball"],
         "tensorrt_expected_version": reports["tensorrt_tarball"],
+        # Ansible's async polls: short here, where a package install takes seconds (15 s/10 s/5 s by default).
+        **{f"{role}_poll_seconds": 2 for role in ("nvidia_driver", "cuda", "cuda_library", "verify")},
         # The controller's artifact cache, as on a user's controller: every file fetched once from the
         # fixture mirror (or PyPI), then copied to the hosts.
         "stack_artifact_cache_dir": str(ARTIFACT_CACHE),
     }
+
+
+def _scenario_stage(name: str, group_vars: dict, env: dict[str, str]) -> suite.Stage:
+    """One molecule scenario as a stage; the verify scenario keeps its host for the system tests."""
+    what = SCENARIOS[name]
+    _write_group_vars(name, {**group_vars, **SCENARIO_VARS[name]})
+    if name != VERIFY_SCENARIO:
+        return suite.Stage(f"molecule {name}", what, [suite.Step(f"molecule {name}", f"molecule test -s {name}", env)])
+    # The provisioned host outlives molecule's verify step for the system tests of playbooks/verify.yml,
+    # then molecule destroys it. `--destroy never` also skips the sequence's first destroy, so leftovers
+    # of an interrupted run are removed first.
+    inventory = sandbox.write_inventory(
+        MOLECULE_VARS / name / "verify-inventory.yml", [VERIFY_HOST], {**group_vars, **_verify_vars()}
+    )
+    return suite.Stage(
+        f"molecule {name}",
+        what,
+        [
+            suite.Step("destroy leftovers", f"molecule destroy -s {name} >/dev/null 2>&1 || true", env),
+            suite.Step(f"molecule {name}", f"molecule test -s {name} --destroy never", env),
+            suite.Step(
+                "system (verify.yml)",
+                f"pytest -q -s -p no:cacheprovider --basetemp={shlex.quote(str(sandbox.CACHE / 'pytest' / 'system'))} "
+                "tests/system",
+                {**env, "MSGPU_VERIFY_INVENTORY": str(inventory)},
+            ),
+        ],
+        cleanup=[f"molecule destroy -s {name}"],
+    )
+
+
+def _pytest_stage(name: str, folder: str, what: str, env: dict[str, str]) -> suite.Stage:
+    # Each stage's own temporary folder: pytest runs side by side never tidy up each other's.
+    (sandbox.CACHE / "pytest").mkdir(parents=True, exist_ok=True)
+    basetemp = shlex.quote(str(sandbox.CACHE / "pytest" / name))
+    return suite.Stage(
+        name, what, [suite.Step(name, f"pytest -q -s -p no:cacheprovider --basetemp={basetemp} {folder}", env)]
+    )
 
 
 @task(
@@ -219,9 +259,10 @@ def _sandbox_group_vars(root: Path, mirror_vars: dict) -> dict:
         "fast": "Lint and unit tests only (no containers).",
         "keyword": "Only tests whose names match this pytest -k expression (skips lint and molecule).",
         "scenario": f"Only this molecule scenario ({', '.join(SCENARIOS)}); skips lint, unit and integration tests.",
+        "lanes": "How many stages run at the same time (default 2, or MSGPU_TEST_LANES; 1: one after another).",
     }
 )
-def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "") -> None:
+def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "", lanes: int = 0) -> None:
     """The whole suite as CI runs it: lint, unit tests, sandbox integration tests, molecule scenarios."""
     timings: dict[str, float] = {}
     started = time.monotonic()
@@ -231,64 +272,70 @@ def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "") 
         return
     if scenario and scenario not in SCENARIOS:
         raise Exit(f"--scenario: '{scenario}' is unknown; allowed: {', '.join(SCENARIOS)}", code=2)
+    lanes = lanes or int(os.environ.get("MSGPU_TEST_LANES", "2"))
+    if lanes < 1:
+        raise Exit(f"--lanes: '{lanes}' is not allowed; allowed: 1 or more", code=2)
     if not scenario:
-        lint_started = time.monotonic()
-        lint(c)
-        timings["lint"] = time.monotonic() - lint_started
+        timings["lint"] = _timed(lambda: lint(c))
+    if fast:
         timings["unit"] = _run(c, "pytest -q tests/unit", what="unit tests (catalog, resolver, fixtures)")
-    if not fast:
-        image = _sandbox_image()
-        env = {"MSGPU_SANDBOX_IMAGE": image}
-        if not scenario:
-            _sandbox_image("bullseye")
-            timings["integration"] = _run(
-                c, "pytest -q tests/integration", env=env, what="integration tests (preflight on real containers)"
-            )
-            timings["fleet"] = _run(
-                c,
-                "pytest -q -s tests/fleet",
-                env=env,
-                what="fleet tests (4 containers on their own network: cache, offline, unreachable host, MPI)",
-            )
-            timings["serving"] = _run(
-                c,
-                "pytest -q -s tests/serving",
-                env=env,
-                what="serving tests (the catalog's stack with MindSpore and Serving from PyPI, on a fresh "
-                "container: role, launcher, verify.yml's Serving check, uninstall)",
-            )
-        with _fixture_mirror() as group_vars:
-            for name in [scenario] if scenario else list(SCENARIOS):
-                _write_group_vars(name, {**group_vars, **SCENARIO_VARS[name]})
-                if name != VERIFY_SCENARIO:
-                    timings[f"molecule {name}"] = _run(
-                        c, f"molecule test -s {name}", env=env, what=f"molecule {name}: {SCENARIOS[name]}"
-                    )
-                    continue
-                # The provisioned host outlives molecule's verify step for the system tests of
-                # playbooks/verify.yml, then molecule destroys it. `--destroy never` also skips the
-                # sequence's first destroy, so leftovers of an interrupted run are removed first.
-                c.run(f"molecule destroy -s {name}", env=_env(env), warn=True, hide="out")
-                try:
-                    timings[f"molecule {name}"] = _run(
-                        c,
-                        f"molecule test -s {name} --destroy never",
-                        env=env,
-                        what=f"molecule {name}: {SCENARIOS[name]}",
-                    )
-                    inventory = sandbox.write_inventory(
-                        MOLECULE_VARS / name / "verify-inventory.yml", [VERIFY_HOST], {**group_vars, **_verify_vars()}
-                    )
-                    timings["system (verify.yml)"] = _run(
-                        c,
-                        "pytest -q -s tests/system",
-                        env={**env, "MSGPU_VERIFY_INVENTORY": str(inventory)},
-                        what="system tests: playbooks/verify.yml on the provisioned host",
-                    )
-                finally:
-                    c.run(f"molecule destroy -s {name}", env=_env(env), warn=True, hide="out")
-    summary = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
-    print(f"\nAll checks passed in {time.monotonic() - started:.0f} s ({summary}).")
+        print(f"\nAll checks passed in {time.monotonic() - started:.0f} s.")
+        return
+    prepare_started = time.monotonic()
+    image = _sandbox_image()
+    if not scenario:
+        _sandbox_image("bullseye")
+    env = {"MSGPU_SANDBOX_IMAGE": image}
+    with _fixture_mirror() as group_vars:
+        timings["prepare (images, fixtures)"] = time.monotonic() - prepare_started
+        if scenario:
+            stages = [_scenario_stage(scenario, group_vars, env)]
+        else:
+            # Longest first, so that the lanes end close together; the unit tests fill the gap at the end.
+            stages = [
+                _scenario_stage(VERIFY_SCENARIO, group_vars, env),
+                _pytest_stage("integration", "tests/integration", "preflight and faults on real containers", env),
+                _pytest_stage(
+                    "fleet",
+                    "tests/fleet",
+                    "4 containers on their own network: cache, offline, unreachable host, rolling, MPI",
+                    env,
+                ),
+                *(_scenario_stage(name, group_vars, env) for name in SCENARIOS if name != VERIFY_SCENARIO),
+                _pytest_stage(
+                    "serving",
+                    "tests/serving",
+                    "the catalog's stack with MindSpore and Serving from PyPI on a fresh container: role, "
+                    "launcher, verify.yml's Serving check, uninstall",
+                    env,
+                ),
+                _pytest_stage("unit", "tests/unit", "catalog, resolver, fixtures, verification package", env),
+            ]
+        runner = suite.Runner(ROOT, RESULTS / "test-logs", _env(), lanes=lanes)
+        print(f"\n{len(stages)} stages, {lanes} at a time; logs in {runner.log_dir}", flush=True)
+        results = runner.run(stages)
+    total = time.monotonic() - started
+    report = suite.write_report(RESULTS / "test-timings.json", timings, results, runner, total)
+    print("\nStage times:")
+    for name, seconds in timings.items():
+        print(f"  {name:<28} {seconds:7.0f} s")
+    for result in results:
+        steps = ", ".join(f"{k} {v:.0f} s" for k, v in result.steps.items())
+        print(f"  {result.stage:<28} {result.seconds:7.0f} s  {'ok' if result.ok else 'FAILED'}  ({steps})")
+    print(
+        f"Peak disk used by the run: {report['peak_disk_used_gib']} GiB (free at start "
+        f"{report['free_disk_at_start_gib']} GiB); wall time {total:.0f} s; numbers in {RESULTS / 'test-timings.json'}"
+    )
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise Exit("FAILED: " + "; ".join(f"{r.stage} at {r.failed_step} (log: {r.log})" for r in failed), code=1)
+    print(f"\nAll checks passed in {total:.0f} s.")
+
+
+def _timed(action) -> float:
+    started = time.monotonic()
+    action()
+    return time.monotonic() - started
 
 
 @task(

@@ -262,13 +262,16 @@ def host_running(name: str) -> bool:
     return result.returncode == 0 and result.stdout.strip() == "true"
 
 
-def write_inventory(path: Path, hosts: list[str], group_vars: dict | None = None) -> Path:
-    """An Ansible inventory that reaches the containers through the docker connection."""
+def write_inventory(
+    path: Path, hosts: list[str], group_vars: dict | None = None, host_vars: dict[str, dict] | None = None
+) -> Path:
+    """An Ansible inventory that reaches the containers through the docker connection (`host_vars`:
+    settings of single hosts, over the group's)."""
     inventory = {
         "all": {
             "children": {
                 "gpu_servers": {
-                    "hosts": {h: {} for h in hosts},
+                    "hosts": {h: (host_vars or {}).get(h, {}) for h in hosts},
                     "vars": {
                         "ansible_connection": "community.docker.docker",
                         "ansible_python_interpreter": "/usr/bin/python3",

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 import tasks
+from testbed import sandbox
 from tests.conftest import RESOLVER_REFUSALS, ROOT, unpinned_files
 
 from .conftest import Host, run_playbook
@@ -42,16 +43,47 @@ def _without_apt_metadata(fingerprint: str) -> list[str]:
     return [line for line in fingerprint.splitlines() if not line.startswith(APT_METADATA)]
 
 
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=\d+\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+@pytest.fixture(scope="module")
+def check_mode_run(tmp_path_factory, catalog):
+    """One fresh host per molecule scenario, each with that scenario's install methods, and ONE
+    `site.yml --check --diff` over all of them (the hosts run in parallel, as a fleet would): the
+    fingerprints of every host before and after, and the run."""
+    hosts = {scenario: Host(f"msgpu-it-check-{scenario.replace('_', '-')}") for scenario in tasks.SCENARIO_VARS}
+    try:
+        for host in hosts.values():
+            sandbox.start_host(host.name)
+            assert host.sh("touch /msgpu-marker").returncode == 0
+        before = {scenario: _without_apt_metadata(host.fingerprint()) for scenario, host in hosts.items()}
+        inventory = sandbox.write_inventory(
+            tmp_path_factory.mktemp("check-mode") / "inventory.yml",
+            [host.name for host in hosts.values()],
+            {
+                "stack_artifact_checksums": {name: "ab" * 32 for name in unpinned_files(catalog)},
+                "stack_artifact_cache_dir": "",
+            },
+            host_vars={host.name: tasks.SCENARIO_VARS[scenario] for scenario, host in hosts.items()},
+        )
+        result = run_playbook("site.yml", inventory, args=["--check", "--diff"])
+        after = {scenario: _without_apt_metadata(host.fingerprint()) for scenario, host in hosts.items()}
+        yield hosts, before, result, after
+    finally:
+        for host in hosts.values():
+            sandbox.stop_host(host.name)
+
+
 @pytest.mark.parametrize("scenario", list(tasks.SCENARIO_VARS))
-def test_check_mode_changes_nothing_for_each_scenarios_methods(focal_host, inventory_for, scenario):
+def test_check_mode_changes_nothing_for_each_scenarios_methods(check_mode_run, scenario):
     """site.yml --check --diff with each molecule scenario's install methods on a fresh host: it
     completes, and the host is unchanged (package database and every file, apt's lists aside)."""
-    before = _without_apt_metadata(focal_host.fingerprint())
-    result = run_playbook(
-        "site.yml", inventory_for(focal_host, group_vars=tasks.SCENARIO_VARS[scenario]), args=["--check", "--diff"]
-    )
+    hosts, before, result, after = check_mode_run
+    name = hosts[scenario].name
     assert result.rc == 0, result.output[-5000:]
-    assert _without_apt_metadata(focal_host.fingerprint()) == before
+    recap = {host: (int(unreachable), int(failed)) for host, unreachable, failed in RECAP.findall(result.output)}
+    assert recap.get(name) == (0, 0), (name, recap, result.output[-5000:])
+    assert after[scenario] == before[scenario]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,236 @@
+"""The test suite's stage runner: independent container stages run side by side, a few at a time.
+
+Most of a stage's time is one busy core (Ansible's controller, dpkg, a compiler, a checksum) or waiting
+(downloads, async polls), so on a 2-core machine two stages at once finish the suite in far less time
+than one after another. Each stage writes its output to its own log (artifacts/test-logs/<stage>.log);
+the runner prints a line when a stage starts and ends, a progress line every minute (what runs, its
+last line, the free disk), the tail of each finished stage's log (all of it, up to a limit, when it
+failed), and at the end every stage's time, the peak disk use and a JSON file with those numbers.
+
+A stage is a list of steps (shell commands run in order, stopping at the first that fails) and cleanup
+commands that always run. A failed stage does not stop the others: the run reports every failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# How many lines of a stage's log to print when it passed / failed.
+TAIL_OK = 15
+TAIL_FAILED = 400
+
+
+@dataclass
+class Step:
+    name: str
+    command: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Stage:
+    name: str
+    description: str
+    steps: list[Step]
+    cleanup: list[str] = field(default_factory=list)
+    # Stages with the same `alone` key never run at the same time as any other stage (timing-sensitive).
+    alone: bool = False
+
+
+@dataclass
+class Result:
+    stage: str
+    ok: bool
+    seconds: float
+    steps: dict[str, float]
+    failed_step: str
+    log: Path
+
+
+def _free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.1f}"
+
+
+def _last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            size = log.tell()
+            log.seek(max(0, size - 4096))
+            lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:150] if lines else ""
+
+
+def _tail(path: Path, count: int) -> str:
+    lines = path.read_text(errors="replace").splitlines()
+    cut = "" if len(lines) <= count else f"... ({len(lines) - count} earlier lines in {path})\n"
+    return cut + "\n".join(lines[-count:])
+
+
+class Runner:
+    """Runs stages `lanes` at a time from `root`, logging into `log_dir`."""
+
+    def __init__(self, root: Path, log_dir: Path, base_env: dict[str, str], lanes: int = 2) -> None:
+        self.root, self.log_dir, self.base_env, self.lanes = root, log_dir, base_env, max(1, lanes)
+        self.lock = threading.Lock()
+        self.running: dict[str, tuple[float, Path]] = {}
+        self.results: list[Result] = []
+        self.start_free = _free_bytes(root)
+        self.min_free = self.start_free
+        self.stop = threading.Event()
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            print(text, flush=True)
+
+    def _sample_disk(self) -> None:
+        while not self.stop.wait(3.0):
+            free = _free_bytes(self.root)
+            with self.lock:
+                self.min_free = min(self.min_free, free)
+
+    def _progress(self, every: float) -> None:
+        while not self.stop.wait(every):
+            with self.lock:
+                running = dict(self.running)
+            now = time.monotonic()
+            parts = [f"{name} {now - started:.0f} s: {_last_line(log)}" for name, (started, log) in running.items()]
+            self.say(f"... [{_gib(_free_bytes(self.root))} GiB free] " + (" | ".join(parts) or "idle"))
+
+    def _run_stage(self, stage: Stage) -> Result:
+        log = self.log_dir / f"{stage.name.replace(' ', '-')}.log"
+        started = time.monotonic()
+        with self.lock:
+            self.running[stage.name] = (started, log)
+        self.say(f"\n==> {stage.name}: {stage.description} [{_gib(_free_bytes(self.root))} GiB free]")
+        steps: dict[str, float] = {}
+        failed = ""
+        with open(log, "w") as out:
+            try:
+                for step in stage.steps:
+                    step_started = time.monotonic()
+                    out.write(f"\n### {step.name}: {step.command}\n")
+                    out.flush()
+                    code = subprocess.run(
+                        step.command,
+                        shell=True,
+                        cwd=self.root,
+                        env={**self.base_env, **step.env},
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        check=False,
+                    ).returncode
+                    steps[step.name] = time.monotonic() - step_started
+                    if code != 0:
+                        failed = f"{step.name} (exit {code})"
+                        break
+            finally:
+                for command in stage.cleanup:
+                    out.write(f"\n### cleanup: {command}\n")
+                    out.flush()
+                    subprocess.run(
+                        command,
+                        shell=True,
+                        cwd=self.root,
+                        env=self.base_env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        check=False,
+                    )
+        seconds = time.monotonic() - started
+        with self.lock:
+            del self.running[stage.name]
+        result = Result(stage.name, not failed, seconds, steps, failed, log)
+        if failed:
+            self.say(
+                f"\n<== {stage.name}: FAILED at {failed} after {seconds:.0f} s "
+                f"[{_gib(_free_bytes(self.root))} GiB free]; its log:\n{_tail(log, TAIL_FAILED)}"
+            )
+        else:
+            self.say(
+                f"\n<== {stage.name}: ok in {seconds:.0f} s ({', '.join(f'{k} {v:.0f} s' for k, v in steps.items())}) "
+                f"[{_gib(_free_bytes(self.root))} GiB free]; last lines of {log}:\n{_tail(log, TAIL_OK)}"
+            )
+        return result
+
+    def run(self, stages: list[Stage], progress_every: float = 60.0) -> list[Result]:
+        """Run every stage; a stage marked `alone` waits until nothing else runs and blocks the others."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        pending = list(stages)
+        cond = threading.Condition()
+        active: list[Stage] = []
+        threads = [
+            threading.Thread(target=self._sample_disk, daemon=True),
+            threading.Thread(target=self._progress, args=(progress_every,), daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+
+        def fits(stage: Stage) -> bool:
+            if not active:
+                return True
+            return not stage.alone and not any(s.alone for s in active) and len(active) < self.lanes
+
+        def worker() -> None:
+            while True:
+                with cond:
+                    while True:
+                        if not pending:
+                            return
+                        chosen = next((s for s in pending if fits(s)), None)
+                        if chosen is not None:
+                            pending.remove(chosen)
+                            active.append(chosen)
+                            break
+                        cond.wait()
+                result = self._run_stage(chosen)
+                with cond:
+                    active.remove(chosen)
+                    self.results.append(result)
+                    cond.notify_all()
+
+        workers = [threading.Thread(target=worker) for _ in range(self.lanes)]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join()
+        self.stop.set()
+        self.min_free = min(self.min_free, _free_bytes(self.root))
+        return self.results
+
+    @property
+    def peak_used(self) -> int:
+        """The most disk the run took beyond what was in use when it started."""
+        return max(0, self.start_free - self.min_free)
+
+
+def write_report(path: Path, timings: dict[str, float], results: list[Result], runner: Runner, total: float) -> dict:
+    report = {
+        "total_seconds": round(total, 1),
+        "lanes": runner.lanes,
+        "peak_disk_used_gib": round(runner.peak_used / 2**30, 1),
+        "free_disk_at_start_gib": round(runner.start_free / 2**30, 1),
+        "serial_stages": {k: round(v, 1) for k, v in timings.items()},
+        "stages": {
+            r.stage: {"ok": r.ok, "seconds": round(r.seconds, 1), "steps": {k: round(v, 1) for k, v in r.steps.items()}}
+            for r in results
+        },
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return report
