@@ -12,7 +12,9 @@ to `mindspore-gpu`, the CUDA env file, a /usr/local/cuda RPATH copy, CUDA_VISIBL
 two real `mpirun` ranks on one GPU. A container cannot load kernel modules or boot with Secure Boot,
 so nouveau loaded, Secure Boot on, an old or mismatched loaded NVIDIA module come from a substituted
 /proc or /sys tree (--proc/--sys) next to the container's real files (its real unsigned nvidia.ko,
-its real libnvidia-ml).
+its real libnvidia-ml). GPUs with persistence mode off come from a stand-in nvidia-smi (--nvidia-smi)
+printing a real host's `nvidia-smi -q`; the nvidia-persistenced unit the doctor reads is the container's
+real one (Ubuntu's packaged unit and the nvidia_driver role's drop-in).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from testbed import sandbox  # noqa: E402
+from tests.unit.test_verify_doctor import NVIDIA_SMI_Q_OFF  # noqa: E402  (a real `nvidia-smi -q`)
 
 VENV_BIN = Path(sys.executable).parent
 PREFIX = "msgpu-h3-doctor"
@@ -377,6 +380,38 @@ def test_nvml_mismatch_substituted_sys(broken: Broken) -> None:
     found = finding(document, "nvml-mismatch")
     assert rc == 1 and version in found["title"] and "reboot" in found["fix"]
     assert "driver-too-old" not in {f["id"] for f in document["findings"]}, rest
+
+
+def test_persistence_mode_off_with_the_real_persistenced_unit(broken: Broken, tmp_path: Path) -> None:
+    """GPUs with persistence mode off (a stand-in nvidia-smi, expectations of a GPU host): the doctor names
+    the unit systemd would start, merged from the container's real files: Ubuntu's unit with the
+    nvidia_driver role's drop-in (persistence mode on: the daemon needs a restart), then without it."""
+    scratch = f"{DOCTOR_DIR}/gpu"
+    write = {"expect.json": json.dumps({**expect(broken), "no_gpu": False}), "q.txt": NVIDIA_SMI_Q_OFF}
+    write["nvidia-smi"] = f"#!/bin/sh\ncat {scratch}/q.txt\n"
+    for name, text in write.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    broken.sh(f"mkdir -p {scratch}")
+    for name in write:
+        docker("cp", str(tmp_path / name), f"{broken.name}:{scratch}/{name}")
+    args = ("--expect", f"{scratch}/expect.json", "--nvidia-smi", f"{scratch}/nvidia-smi")
+    dropin = "/etc/systemd/system/nvidia-persistenced.service.d/msgpu-persistence.conf"
+
+    def unit_line(found: dict) -> str:
+        return next(e for e in found["evidence"] if e.startswith("nvidia-persistenced.service as systemd merges "))
+
+    found = finding(broken.doctor(*args)[0], "persistence-mode-off", "warning")
+    assert found["title"].startswith("Persistence mode is off on 2 of 2 GPU(s)")
+    line = unit_line(found)
+    assert f"/lib/systemd/system/nvidia-persistenced.service + {dropin}: " in line, line
+    assert line.endswith("--persistence-mode --verbose; StopWhenUnneeded=false"), line
+    assert "sudo systemctl restart nvidia-persistenced" in found["fix"]
+    broken.sh(f"rm {dropin}")
+    found = finding(broken.doctor(*args)[0], "persistence-mode-off", "warning")
+    line = unit_line(found)
+    assert line.endswith("--no-persistence-mode --verbose; StopWhenUnneeded=true"), line
+    assert "Ubuntu's packaged unit" in found["fix"] and dropin in found["fix"] and "nvidia-smi -pm 1" in found["fix"]
 
 
 def test_invoke_doctor_fails_a_broken_host_and_names_the_fix(inventory: Path, broken: Broken, tmp_path: Path) -> None:

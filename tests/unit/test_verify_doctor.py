@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+import jinja2
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "verify"))
@@ -45,6 +47,123 @@ EXPECT = {
         "libraries_optional": ["libnccl.so.2"],
     },
 }
+
+# /lib/systemd/system/nvidia-persistenced.service exactly as Ubuntu 20.04 ships it in
+# nvidia-compute-utils-470 470.256.02-0ubuntu0.20.04.1 (the package the distro method installs and
+# cuda_repo's metapackage pulls in; dpkg-deb -x of the package the test bed caches).
+FOCAL_PERSISTENCED_UNIT = """[Unit]
+Description=NVIDIA Persistence Daemon
+Wants=syslog.target
+StopWhenUnneeded=true
+Before=systemd-backlight@backlight:nvidia_0.service
+
+[Service]
+Type=forking
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
+ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced
+
+"""
+FOCAL_UNIT_PATH = "/lib/systemd/system/nvidia-persistenced.service"
+# `nvidia-smi -q` of a host with two GeForce RTX 2070 (driver 450.102.04), as pasted in a public note,
+# cut after each GPU's "Inforom Version" block.
+NVIDIA_SMI_Q_OFF = """
+==============NVSMI LOG==============
+
+Timestamp                                 : Wed Mar 10 19:55:06 2021
+Driver Version                            : 450.102.04
+CUDA Version                              : 11.0
+
+Attached GPUs                             : 2
+GPU 00000000:01:00.0
+    Product Name                          : GeForce RTX 2070
+    Product Brand                         : GeForce
+    Display Mode                          : Enabled
+    Display Active                        : Disabled
+    Persistence Mode                      : Disabled
+    MIG Mode
+        Current                           : N/A
+        Pending                           : N/A
+    Accounting Mode                       : Disabled
+    Accounting Mode Buffer Size           : 4000
+    Driver Model
+        Current                           : N/A
+        Pending                           : N/A
+    Serial Number                         : N/A
+    GPU UUID                              : GPU-b13cc585-b683-a9a8-ac8d-7541ac69a33c
+    Minor Number                          : 0
+    VBIOS Version                         : 90.06.18.00.9E
+    MultiGPU Board                        : No
+    Board ID                              : 0x100
+    GPU Part Number                       : N/A
+    Inforom Version
+        Image Version                     : G001.0000.02.04
+        OEM Object                        : 1.1
+        ECC Object                        : N/A
+        Power Management Object           : N/A
+
+GPU 00000000:05:00.0
+    Product Name                          : GeForce RTX 2070
+    Product Brand                         : GeForce
+    Display Mode                          : Disabled
+    Display Active                        : Disabled
+    Persistence Mode                      : Disabled
+    MIG Mode
+        Current                           : N/A
+        Pending                           : N/A
+    Accounting Mode                       : Disabled
+    Accounting Mode Buffer Size           : 4000
+    Driver Model
+        Current                           : N/A
+        Pending                           : N/A
+    Serial Number                         : N/A
+    GPU UUID                              : GPU-5feaad6f-89e7-0a87-176f-6d96ce187460
+    Minor Number                          : 1
+    VBIOS Version                         : 90.06.2E.40.DC
+    MultiGPU Board                        : No
+    Board ID                              : 0x500
+    GPU Part Number                       : N/A
+    Inforom Version
+        Image Version                     : G001.0000.02.04
+        OEM Object                        : 1.1
+        ECC Object                        : N/A
+        Power Management Object           : N/A
+
+"""
+# The same host after `nvidia-smi -pm 1`: only the Persistence Mode lines differ.
+NVIDIA_SMI_Q_ON = NVIDIA_SMI_Q_OFF.replace(
+    "Persistence Mode                      : Disabled", "Persistence Mode                      : Enabled"
+)
+# What nvidia-smi prints (exit status 9) where the NVIDIA module is not loaded.
+NVIDIA_SMI_NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+    "NVIDIA driver is installed and running.\\n"
+)
+PERSISTENCED_ON = ["/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced", "--persistence-mode", "--verbose"]
+PERSISTENCED_OFF = [
+    "/usr/bin/nvidia-persistenced",
+    "--user",
+    "nvidia-persistenced",
+    "--no-persistence-mode",
+    "--verbose",
+]
+
+
+def role_dropin() -> str:
+    """The nvidia_driver role's drop-in as the role renders it (its template and its vars)."""
+    role = ROOT / "roles" / "nvidia_driver"
+    variables = yaml.safe_load((role / "vars" / "main.yml").read_text())
+    template = jinja2.Template((role / "templates" / "nvidia-persistenced-persistence.conf.j2").read_text())
+    return template.render(
+        nvidia_driver_branch="470",
+        __nvidia_driver_persistenced_command=variables["__nvidia_driver_persistenced_command"],
+    )
+
+
+def role_dropin_path() -> str:
+    variables = yaml.safe_load((ROOT / "roles" / "nvidia_driver" / "vars" / "main.yml").read_text())
+    return variables["__nvidia_driver_persistenced_dropin"].replace(
+        "{{ __nvidia_driver_persistenced_dropin_dir }}", variables["__nvidia_driver_persistenced_dropin_dir"]
+    )
 
 
 def minimal_elf(rpath: str, needed: List[str]) -> bytes:
@@ -121,7 +240,26 @@ class Tree:
         write(r / SITE.lstrip("/") / "mindspore/_c_expression.cpython-38-x86_64-linux-gnu.so", data=ext)
         for name, version in (("mindspore_gpu", "1.5.1"), ("numpy", "1.21.6"), ("Pillow", "9.5.0")):
             self.dist(name, version)
+        # Persistence mode on: Ubuntu's unit, the role's drop-in, the daemon it starts, and a stand-in
+        # nvidia-smi (<root>/usr/bin/nvidia-smi) that prints a real `nvidia-smi -q`.
+        write(r / FOCAL_UNIT_PATH.lstrip("/"), FOCAL_PERSISTENCED_UNIT)
+        write(r / role_dropin_path().lstrip("/"), role_dropin())
+        self.daemon(PERSISTENCED_ON)
+        self.nvidia_smi(NVIDIA_SMI_Q_ON)
         self.expect = json.loads(json.dumps(EXPECT))
+
+    def daemon(self, argv: List[str], pid: int = 1815) -> None:
+        write(self.proc / str(pid) / "cmdline", data=b"\0".join(a.encode() for a in argv) + b"\0")
+
+    def nvidia_smi(self, output: str, status: int = 0) -> Path:
+        write(self.root / "usr/share/msgpu-test/nvidia-smi-q.txt", output)
+        program = write(
+            self.root / "usr/bin/nvidia-smi",
+            '#!/bin/sh\n[ "$1" = -q ] || exit 2\ncat "$(dirname "$0")/../share/msgpu-test/nvidia-smi-q.txt"\n'
+            f"exit {status}\n",
+        )
+        program.chmod(0o755)
+        return program
 
     def dist(self, name: str, version: str) -> None:
         write(
@@ -129,7 +267,12 @@ class Tree:
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         )
 
-    def host(self, environ: Optional[Dict[str, str]] = None, device_id: Optional[int] = None) -> doctor.Host:
+    def host(
+        self,
+        environ: Optional[Dict[str, str]] = None,
+        device_id: Optional[int] = None,
+        nvidia_smi: Optional[str] = None,
+    ) -> doctor.Host:
         return doctor.Host(
             root=self.root,
             proc=self.proc,
@@ -138,6 +281,7 @@ class Tree:
             env_file=ENV_FILE,
             environ=environ or {},
             device_id=device_id,
+            nvidia_smi=nvidia_smi,
         )
 
     def diagnose(self, **kwargs) -> Dict:
@@ -230,6 +374,67 @@ def test_nvml_mismatch(tree: Tree) -> None:
     assert finding["severity"] == "error"
     assert "470.57.02" in finding["title"] and "470.82.01" in finding["title"]
     assert "reboot" in finding["fix"]
+
+
+# /proc/driver/nvidia/version of real hosts: NVIDIA's proprietary module (the 470 branch on focal, a
+# two-part release) and the open kernel modules (515 and later; one in a vGPU guest).
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [
+        (
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.82.00  Thu Oct 14 10:24:40 UTC 2021\n"
+            "GCC version:  gcc version 9.3.0 (Ubuntu 9.3.0-17ubuntu1~20.04)\n",
+            "470.82.00",
+        ),
+        (
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.256.02  Thu May  2 14:37:44 UTC 2024\n"
+            "GCC version:  gcc version 9.4.0 (Ubuntu 9.4.0-1ubuntu1~20.04.2)\n",
+            "470.256.02",
+        ),
+        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.86  Tue Oct 26 21:55:45 UTC 2021\n", "470.86"),
+        (
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.104.05  Release Build  "
+            "(dvs-builder@U16-T02-35-3)  Sat Aug 19 01:13:10 UTC 2023\n",
+            "535.104.05",
+        ),
+        (
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  555.42.02  Release Build  "
+            "(dvs-builder@U16-I3-A03-02-4)  Mon May 13 17:10:33 UTC 2024\n"
+            "GCC version:  gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04)\n",
+            "555.42.02",
+        ),
+        (
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build  (VirtualGPU)\n",
+            "560.35.03",
+        ),
+        ("GCC version:  gcc version 9.3.0 (Ubuntu 9.3.0-17ubuntu1~20.04)\n", None),
+        ("", None),
+    ],
+)
+def test_nvrm_version_of_proprietary_and_open_kernel_modules(text: str, version: Optional[str]) -> None:
+    assert doctor.nvrm_version(text) == version
+
+
+def test_loaded_open_kernel_module_read_from_proc(tree: Tree) -> None:
+    """Without /sys/module/nvidia/version the doctor reads /proc/driver/nvidia/version: the open kernel
+    modules' line names the release after "for x86_64", which the old pattern missed (driver-not-loaded)."""
+    (tree.sys / "module/nvidia/version").unlink()
+    write(
+        tree.proc / "driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.104.05  Release Build  "
+        "(dvs-builder@U16-T02-35-3)  Sat Aug 19 01:13:10 UTC 2023\nGCC version:  gcc version 9.4.0 (Ubuntu "
+        "9.4.0-1ubuntu1~20.04.2)\n",
+    )
+    found = by_id(tree.diagnose())
+    assert "driver-not-loaded" not in found
+    mismatch = found["nvml-mismatch"]  # the tree's user space is 470.82.01
+    assert "535.104.05" in mismatch["title"]
+    assert mismatch["evidence"][0] == f"{tree.proc / 'driver/nvidia/version'}: 535.104.05"
+    write(
+        tree.proc / "driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.82.01  Tue Oct 26 21:55:45 UTC 2021\n",
+    )
+    assert problems(tree.diagnose()) == {}
 
 
 def test_driver_not_loaded_unless_no_gpu(tree: Tree) -> None:
@@ -399,3 +604,198 @@ def test_role_interface_inline_expectations_and_json_line(
     assert document["expect"]["stack"] == "ms1.5-cuda11.1" and document["env_file"] == ENV_FILE
     assert [f["id"] for f in document["findings"] if f["severity"] == "error"] == ["nouveau-loaded"]
     assert lines[0].startswith("doctor: gpu1 (stack ms1.5-cuda11.1): 1 error(s)")
+
+
+# ------------------------------------------------------------------------------------ persistence mode
+
+
+def files(tree: Dict[str, str]):
+    """list_dir and read over {absolute path: text}, for doctor.load_unit."""
+
+    def list_dir(folder: str) -> List[str]:
+        prefix = folder.rstrip("/") + "/"
+        return sorted({p[len(prefix) :].split("/")[0] for p in tree if p.startswith(prefix)})
+
+    return list_dir, tree.get
+
+
+def test_focal_unit_alone_runs_without_persistence_mode() -> None:
+    unit = doctor.load_unit(doctor.PERSISTENCED_UNIT, *files({FOCAL_UNIT_PATH: FOCAL_PERSISTENCED_UNIT}))
+    assert unit.path == FOCAL_UNIT_PATH and unit.dropins == []
+    assert unit.values("Service", "ExecStart") == [" ".join(PERSISTENCED_OFF)]
+    assert doctor.exec_argv(unit.value("Service", "ExecStart")) == PERSISTENCED_OFF
+    assert doctor.persistence_mode_in(PERSISTENCED_OFF[1:]) is False
+    assert doctor.unit_bool(unit.value("Unit", "StopWhenUnneeded")) is True
+    assert unit.value("Service", "Type") == "forking" and unit.values("Install", "WantedBy") == []
+
+
+def test_role_dropin_over_the_focal_unit_turns_persistence_mode_on() -> None:
+    dropin = role_dropin_path()
+    assert dropin == doctor.PERSISTENCED_DROPIN
+    unit = doctor.load_unit(
+        doctor.PERSISTENCED_UNIT, *files({FOCAL_UNIT_PATH: FOCAL_PERSISTENCED_UNIT, dropin: role_dropin()})
+    )
+    assert unit.sources == [FOCAL_UNIT_PATH, dropin]
+    # `ExecStart=` resets the packaged command line: exactly one is left (Type=forking allows one).
+    assert unit.values("Service", "ExecStart") == [" ".join(PERSISTENCED_ON)]
+    argv = doctor.exec_argv(unit.value("Service", "ExecStart"))
+    assert "--persistence-mode" in argv and "--no-persistence-mode" not in argv
+    assert doctor.persistence_mode_in(argv[1:]) is True
+    assert argv[1:3] == ["--user", "nvidia-persistenced"]  # the user the package's postinst creates
+    assert unit.value("Unit", "StopWhenUnneeded") == "false"
+    assert doctor.unit_bool(unit.value("Unit", "StopWhenUnneeded"), default=True) is False
+    assert unit.values("Install", "WantedBy") == ["multi-user.target"]
+    # What the unit keeps from the package.
+    assert unit.value("Service", "ExecStopPost") == "/bin/rm -rf /var/run/nvidia-persistenced"
+    assert unit.value("Unit", "Description") == "NVIDIA Persistence Daemon"
+
+
+def test_dropins_apply_in_file_name_order_across_folders_and_hide_same_names() -> None:
+    base = "nvidia-persistenced.service.d"
+    tree = {
+        FOCAL_UNIT_PATH: FOCAL_PERSISTENCED_UNIT,
+        f"/etc/systemd/system/{base}/msgpu-persistence.conf": role_dropin(),
+        # Same file name in a less important folder: hidden by /etc's.
+        f"/lib/systemd/system/{base}/msgpu-persistence.conf": "[Unit]\nStopWhenUnneeded=true\n",
+        # Sorted after msgpu-persistence.conf although it is in /run: it has the last word.
+        f"/run/systemd/system/{base}/zz-admin.conf": "[Service]\nExecStart=\nExecStart=-/usr/bin/nvidia-persistenced "
+        "--user nvidia-persistenced \\\n  --no-persistence-mode\n",
+        # Not a .conf: ignored.
+        f"/etc/systemd/system/{base}/notes.txt": "[Unit]\nStopWhenUnneeded=true\n",
+    }
+    unit = doctor.load_unit(doctor.PERSISTENCED_UNIT, *files(tree))
+    assert unit.dropins == [
+        f"/etc/systemd/system/{base}/msgpu-persistence.conf",
+        f"/run/systemd/system/{base}/zz-admin.conf",
+    ]
+    assert unit.value("Unit", "StopWhenUnneeded") == "false"
+    argv = doctor.exec_argv(unit.value("Service", "ExecStart"))
+    assert argv == PERSISTENCED_OFF[:4]  # the '-' prefix dropped, the continued line joined
+    assert doctor.persistence_mode_in(argv[1:]) is False
+
+
+def test_an_exec_start_without_reset_adds_a_second_command() -> None:
+    tree = {
+        FOCAL_UNIT_PATH: FOCAL_PERSISTENCED_UNIT,
+        "/etc/systemd/system/nvidia-persistenced.service.d/a.conf": "[Service]\nExecStart=/bin/true\n",
+    }
+    unit = doctor.load_unit(doctor.PERSISTENCED_UNIT, *files(tree))
+    assert unit.values("Service", "ExecStart") == [" ".join(PERSISTENCED_OFF), "/bin/true"]
+
+
+def test_a_unit_in_etc_replaces_the_packaged_one() -> None:
+    """The runfile method's unit lives in /etc/systemd/system: it wins over any packaged one."""
+    own = "[Service]\nType=forking\nExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced\n"
+    unit = doctor.load_unit(
+        doctor.PERSISTENCED_UNIT,
+        *files({FOCAL_UNIT_PATH: FOCAL_PERSISTENCED_UNIT, "/etc/systemd/system/nvidia-persistenced.service": own}),
+    )
+    assert unit.path == "/etc/systemd/system/nvidia-persistenced.service"
+    assert doctor.persistence_mode_in(doctor.exec_argv(unit.value("Service", "ExecStart"))[1:]) is True  # default
+    assert unit.value("Unit", "StopWhenUnneeded") is None
+    missing = doctor.load_unit(doctor.PERSISTENCED_UNIT, *files({}))
+    assert missing.path is None and missing.sources == [] and missing.settings == {}
+
+
+def test_gpu_persistence_from_real_nvidia_smi_q() -> None:
+    assert doctor.gpu_persistence(NVIDIA_SMI_Q_OFF) == [
+        {"bus_id": "00000000:01:00.0", "product": "GeForce RTX 2070", "persistence": "Disabled"},
+        {"bus_id": "00000000:05:00.0", "product": "GeForce RTX 2070", "persistence": "Disabled"},
+    ]
+    assert [g["persistence"] for g in doctor.gpu_persistence(NVIDIA_SMI_Q_ON)] == ["Enabled", "Enabled"]
+    assert doctor.gpu_persistence(NVIDIA_SMI_NO_DRIVER) == []
+
+
+def test_persistence_mode_on_is_quiet(tree: Tree) -> None:
+    assert "persistence-mode-off" not in by_id(tree.diagnose())
+
+
+def test_persistence_mode_off_with_ubuntus_unit(tree: Tree) -> None:
+    """What a distro install without the role's drop-in looks like: Ubuntu's unit started the daemon."""
+    (tree.root / doctor.PERSISTENCED_DROPIN.lstrip("/")).unlink()
+    tree.daemon(PERSISTENCED_OFF)
+    tree.nvidia_smi(NVIDIA_SMI_Q_OFF)
+    document = tree.diagnose()
+    finding = by_id(document)["persistence-mode-off"]
+    assert finding["severity"] == "warning" and document["ok"] is True
+    assert finding["title"].startswith("Persistence mode is off on 2 of 2 GPU(s)")
+    stand_in = tree.root / "usr/bin/nvidia-smi"
+    assert finding["evidence"][:2] == [
+        f"`{stand_in} -q`: GPU 00000000:01:00.0 (GeForce RTX 2070): Persistence Mode : Disabled",
+        f"`{stand_in} -q`: GPU 00000000:05:00.0 (GeForce RTX 2070): Persistence Mode : Disabled",
+    ]
+    assert finding["evidence"][2] == f"{tree.proc}/1815/cmdline: {' '.join(PERSISTENCED_OFF)}"
+    assert finding["evidence"][3] == (
+        f"nvidia-persistenced.service as systemd merges {FOCAL_UNIT_PATH}: ExecStart={' '.join(PERSISTENCED_OFF)}; "
+        "StopWhenUnneeded=true"
+    )
+    fix = finding["fix"]
+    assert "Ubuntu's packaged unit" in fix and doctor.PERSISTENCED_DROPIN in fix
+    assert "nvidia_driver_persistence_mode: true" in fix and "./toolkit provision" in fix
+    assert "StopWhenUnneeded=false" in fix and "--persistence-mode" in fix and "`sudo nvidia-smi -pm 1`" in fix
+
+
+def test_persistence_mode_off_although_the_dropin_is_there(tree: Tree) -> None:
+    """The drop-in is in place but the daemon still runs the packaged command line: restart it."""
+    tree.daemon(PERSISTENCED_OFF)
+    tree.nvidia_smi(
+        NVIDIA_SMI_Q_OFF.replace("Persistence Mode                      : Disabled", "Persistence Mode : Enabled", 1)
+    )
+    finding = by_id(tree.diagnose())["persistence-mode-off"]
+    assert finding["title"].startswith("Persistence mode is off on 1 of 2 GPU(s)")
+    assert [e.split(": GPU ")[1] for e in finding["evidence"] if ": GPU " in e] == [
+        "00000000:05:00.0 (GeForce RTX 2070): Persistence Mode : Disabled"
+    ]
+    assert any(
+        e.endswith(
+            f"merges {FOCAL_UNIT_PATH} + {doctor.PERSISTENCED_DROPIN}: ExecStart={' '.join(PERSISTENCED_ON)}; "
+            "StopWhenUnneeded=false"
+        )
+        for e in finding["evidence"]
+    )
+    assert "sudo systemctl restart nvidia-persistenced" in finding["fix"]
+
+
+def test_persistence_mode_off_without_a_daemon_or_unit(tree: Tree) -> None:
+    (tree.proc / "1815/cmdline").unlink()
+    (tree.root / doctor.PERSISTENCED_DROPIN.lstrip("/")).unlink()
+    (tree.root / FOCAL_UNIT_PATH.lstrip("/")).unlink()
+    tree.nvidia_smi(NVIDIA_SMI_Q_OFF)
+    finding = by_id(tree.diagnose())["persistence-mode-off"]
+    assert f"no nvidia-persistenced process runs ({tree.proc}/<pid>/cmdline)" in finding["evidence"]
+    assert any(e.startswith("no nvidia-persistenced.service in /etc/systemd/system") for e in finding["evidence"])
+    assert finding["fix"].startswith("There is no nvidia-persistenced.service")
+
+
+def test_persistence_mode_from_the_daemon_when_nvidia_smi_cannot_answer(tree: Tree) -> None:
+    tree.nvidia_smi(NVIDIA_SMI_NO_DRIVER, status=9)
+    assert "persistence-mode-off" not in by_id(tree.diagnose())  # the daemon runs --persistence-mode
+    tree.daemon(PERSISTENCED_OFF)
+    finding = by_id(tree.diagnose())["persistence-mode-off"]
+    assert finding["severity"] == "warning"
+    assert finding["title"] == "nvidia-persistenced runs with --no-persistence-mode: persistence mode is off"
+    assert finding["evidence"][0].startswith(f"GPUs not asked: `{tree.root / 'usr/bin/nvidia-smi'} -q` exited with 9")
+    assert "couldn't communicate with the NVIDIA driver" in finding["evidence"][0]
+    # No nvidia-smi to ask at all ('' on the command line): the same from the daemon alone.
+    finding = by_id(doctor.diagnose(tree.host(nvidia_smi="")))["persistence-mode-off"]
+    assert finding["evidence"][0] == "GPUs not asked: no nvidia-smi on this host"
+
+
+def test_persistence_mode_is_not_asked_on_a_host_without_gpu(tree: Tree) -> None:
+    tree.daemon(PERSISTENCED_OFF)
+    tree.nvidia_smi(NVIDIA_SMI_Q_OFF)
+    tree.expect["no_gpu"] = True
+    assert "persistence-mode-off" not in by_id(tree.diagnose())
+
+
+def test_cli_names_the_nvidia_smi_to_ask(tree: Tree, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    elsewhere = write(tmp_path / "bin/nvidia-smi", f"#!/bin/sh\ncat {tmp_path}/q.txt\n")
+    elsewhere.chmod(0o755)
+    write(tmp_path / "q.txt", NVIDIA_SMI_Q_OFF)
+    args = ["--expect-json", json.dumps(tree.expect), "--root", str(tree.root), "--proc", str(tree.proc)]
+    args += ["--sys", str(tree.sys), "--json", "-"]
+    assert doctor.main(args) == 0
+    assert "persistence-mode-off" not in by_id(json.loads(capsys.readouterr().out))
+    assert doctor.main([*args, "--nvidia-smi", str(elsewhere)]) == 0  # a warning, not an error
+    finding = by_id(json.loads(capsys.readouterr().out))["persistence-mode-off"]
+    assert finding["evidence"][0].startswith(f"`{elsewhere} -q`: GPU 00000000:01:00.0")

@@ -1,14 +1,17 @@
 """The doctor: read a host's state and explain, in plain words, what keeps MindSpore off its GPUs.
 
 Every rule reads real state (files under /, /proc and /sys, the env file's shell, the venv's
-installed distributions, the ELF header of MindSpore's extension) and returns findings, each with
-an id, a severity (error, warning, info), a title, the evidence (what was read, where) and the fix
-(plain words plus the exact command or variable). Standard library only, Python 3.8.
+installed distributions, the ELF header of MindSpore's extension, `nvidia-smi -q` on a GPU host, unit
+files merged as systemd merges them) and returns findings, each with an id, a severity (error,
+warning, info), a title, the evidence (what was read, where) and the fix (plain words plus the exact
+command or variable). Standard library only, Python 3.8.
 
 The roots are parameters so that facts a container cannot have (a loaded nouveau or NVIDIA module,
 Secure Boot's EFI variable, GPUs) can be given as a substituted file tree in tests; by default they
-are the real /, /proc and /sys. What the stack expects (catalog values resolved by the `stack` role)
-comes from ``--expect FILE`` (JSON, written by roles/verify tasks/doctor.yml).
+are the real /, /proc and /sys. nvidia-smi likewise: ``--nvidia-smi`` (or <root>/usr/bin/nvidia-smi
+under a substituted root) can be a stand-in that prints a real GPU host's output. What the stack
+expects (catalog values resolved by the `stack` role) comes from ``--expect FILE`` (JSON, written by
+roles/verify tasks/doctor.yml).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import glob
 import json
 import os
 import re
+import shlex
+import shutil
 import socket
 import struct
 import subprocess
@@ -35,6 +40,22 @@ MULTIARCH_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64"
 MINDSPORE_DISTRIBUTIONS = ("mindspore", "mindspore-gpu", "mindspore-cpu", "mindspore-ascend", "mindspore-dev")
 # Where DKMS, the runfile and distribution kernels put the NVIDIA module below /lib/modules/<kernel>.
 MODULE_SUBDIRS = ("updates/dkms", "updates", "extra", "kernel/drivers/video", "kernel/drivers/char/drm", "misc")
+# /proc/driver/nvidia/version's first line names the release after "Kernel Module", for NVIDIA's
+# proprietary module ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.82.00  Thu Oct 14 ...")
+# and for the open kernel modules ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64
+# 535.104.05  Release Build  (dvs-builder@...)  ...").
+NVRM_VERSION = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)\b")
+# Where systemd looks for a system unit and its drop-in folders (<unit>.d/*.conf), most important first.
+SYSTEMD_UNIT_DIRS = (
+    "/etc/systemd/system",
+    "/run/systemd/system",
+    "/usr/local/lib/systemd/system",
+    "/lib/systemd/system",
+    "/usr/lib/systemd/system",
+)
+PERSISTENCED_UNIT = "nvidia-persistenced.service"
+# The nvidia_driver role's drop-in for Ubuntu's unit (distro and cuda_repo methods).
+PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/msgpu-persistence.conf"
 
 
 @dataclass
@@ -67,6 +88,9 @@ class Host:
     kernel: str = ""
     environ: Dict[str, str] = field(default_factory=dict)
     device_id: Optional[int] = None
+    # nvidia-smi to ask (`-q`): None finds it (PATH, or <root>/usr/bin/nvidia-smi under a substituted
+    # root, where a stand-in can print a real GPU host's output); '' asks none.
+    nvidia_smi: Optional[str] = None
     cache: Dict[str, Any] = field(default_factory=dict)
 
     def path(self, absolute: str) -> Path:
@@ -240,11 +264,16 @@ def loaded_driver_version(host: Host) -> Tuple[Optional[str], str]:
     version = read_text(host.sys / "module/nvidia/version")
     if version and version.strip():
         return version.strip(), str(host.sys / "module/nvidia/version")
-    text = read_text(host.proc / "driver/nvidia/version") or ""
-    match = re.search(r"Kernel Module\s+(\d+\.\d+(?:\.\d+)?)", text)
-    if match:
-        return match.group(1), str(host.proc / "driver/nvidia/version")
+    version = nvrm_version(read_text(host.proc / "driver/nvidia/version") or "")
+    if version:
+        return version, str(host.proc / "driver/nvidia/version")
     return None, ""
+
+
+def nvrm_version(text: str) -> Optional[str]:
+    """The release in /proc/driver/nvidia/version, proprietary or open kernel module; None when absent."""
+    match = NVRM_VERSION.search(text)
+    return match.group(1) if match else None
 
 
 def gpu_count(host: Host) -> Tuple[Optional[int], str]:
@@ -366,6 +395,223 @@ def _read_bytes(path: Path) -> Optional[bytes]:
         return path.read_bytes()
     except OSError:
         return None
+
+
+# ---------------------------------------------------------------------------------------- systemd units
+
+
+@dataclass
+class Unit:
+    """A systemd unit as systemd merges it: its unit file, then its drop-ins in systemd's order."""
+
+    name: str
+    path: Optional[str]
+    dropins: List[str]
+    settings: Dict[str, Dict[str, List[str]]]
+
+    @property
+    def sources(self) -> List[str]:
+        return ([self.path] if self.path else []) + self.dropins
+
+    def values(self, section: str, key: str) -> List[str]:
+        return list(self.settings.get(section, {}).get(key, []))
+
+    def value(self, section: str, key: str) -> Optional[str]:
+        values = self.values(section, key)
+        return values[-1] if values else None
+
+
+def unit_assignments(text: str) -> List[Tuple[str, str, str]]:
+    """(section, key, value) of a unit file or drop-in, in order (systemd.syntax(7)): blank lines and
+    comments (# or ;) skipped, a line ending in a backslash continued on the next one."""
+    found: List[Tuple[str, str, str]] = []
+    section = ""
+    pending = ""  # a continued line so far, its backslashes replaced by spaces
+    for raw in [*text.splitlines(), ""]:
+        line = raw.strip()
+        if pending and line[:1] in ("#", ";"):
+            continue  # a comment inside a continued line
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = (pending + line).strip(), ""
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+            continue
+        key, sep, value = line.partition("=")
+        if sep:
+            found.append((section, key.strip(), value.strip()))
+    return found
+
+
+def merge_unit(texts: Sequence[str]) -> Dict[str, Dict[str, List[str]]]:
+    """section -> setting -> values after reading ``texts`` in order (the unit file, then each drop-in), as
+    systemd does: an assignment adds to the setting's list, an empty one (``ExecStart=``) resets it; a
+    single-valued setting (StopWhenUnneeded) is the list's last value."""
+    settings: Dict[str, Dict[str, List[str]]] = {}
+    for text in texts:
+        for section, key, value in unit_assignments(text):
+            values = settings.setdefault(section, {}).setdefault(key, [])
+            if value:
+                values.append(value)
+            else:
+                values.clear()
+    return settings
+
+
+def load_unit(
+    name: str,
+    list_dir: Callable[[str], Iterable[str]],
+    read: Callable[[str], Optional[str]],
+    dirs: Sequence[str] = SYSTEMD_UNIT_DIRS,
+) -> Unit:
+    """The unit ``name`` as systemd loads it, through ``list_dir`` (a folder's entry names, none when it is
+    missing) and ``read`` (a file's text, None when it is missing), so that it works on any file tree:
+    the unit file of the first folder of ``dirs`` that has one, then every ``<folder>/<name>.d/*.conf`` of
+    all folders sorted by file name, a file name in a more important folder hiding it in the others."""
+    path: Optional[str] = None
+    text: Optional[str] = None
+    for folder in dirs:
+        text = read(f"{folder}/{name}")
+        if text is not None:
+            path = f"{folder}/{name}"
+            break
+    chosen: Dict[str, str] = {}
+    for folder in dirs:
+        for entry in list_dir(f"{folder}/{name}.d"):
+            if entry.endswith(".conf"):
+                chosen.setdefault(entry, f"{folder}/{name}.d/{entry}")
+    dropins = [chosen[entry] for entry in sorted(chosen)]
+    texts = ([text] if text is not None else []) + [read(dropin) or "" for dropin in dropins]
+    return Unit(name, path, dropins, merge_unit(texts))
+
+
+def host_unit(host: Host, name: str) -> Unit:
+    """``name`` as systemd would load it from the host's files (no running systemd needed)."""
+
+    def list_dir(folder: str) -> List[str]:
+        try:
+            return sorted(os.listdir(host.path(folder)))
+        except OSError:
+            return []
+
+    def read(path: str) -> Optional[str]:
+        target = host.path(path)
+        if not os.path.lexists(str(target)):
+            return None
+        return read_text(target) or ""  # a unit masked by a link to /dev/null reads as empty
+
+    return load_unit(name, list_dir, read)
+
+
+def exec_argv(value: str) -> List[str]:
+    """An Exec*= command line as a list (systemd's quoting), without its prefixes (-, @, :, +, !)."""
+    try:
+        argv = shlex.split(value)
+    except ValueError:
+        argv = value.split()
+    while argv and argv[0][:1] in ("-", "@", ":", "+", "!"):
+        argv[0] = argv[0][1:]
+        if not argv[0]:
+            argv = argv[1:]
+    return argv
+
+
+def unit_bool(value: Optional[str], default: bool = False) -> bool:
+    """A systemd boolean (1, yes, true, on / 0, no, false, off)."""
+    if value is None or not value.strip():
+        return default
+    return value.strip().lower() in ("1", "yes", "y", "true", "t", "on")
+
+
+def persistence_mode_in(argv: Sequence[str]) -> bool:
+    """Whether nvidia-persistenced started with ``argv`` turns persistence mode on: its default, unless a
+    --no-persistence-mode comes after the last --persistence-mode."""
+    mode = True
+    for arg in argv:
+        if arg == "--persistence-mode":
+            mode = True
+        elif arg == "--no-persistence-mode":
+            mode = False
+    return mode
+
+
+def persistenced_processes(host: Host) -> List[Tuple[int, List[str]]]:
+    """(pid, argv) of every running nvidia-persistenced."""
+    found: List[Tuple[int, List[str]]] = []
+    try:
+        pids = sorted((p for p in os.listdir(host.proc) if p.isdigit()), key=int)
+    except OSError:
+        return found
+    for pid in pids:
+        raw = _read_bytes(host.proc / pid / "cmdline") or b""
+        argv = [arg.decode("utf-8", "replace") for arg in raw.rstrip(b"\0").split(b"\0")] if raw else []
+        if argv and os.path.basename(argv[0]) == "nvidia-persistenced":
+            found.append((int(pid), argv))
+    return found
+
+
+# ----------------------------------------------------------------------------------------------- nvidia-smi
+
+
+def nvidia_smi_program(host: Host) -> Optional[str]:
+    if host.nvidia_smi is not None:
+        return host.nvidia_smi or None
+    if host.root != Path("/"):
+        stand_in = str(host.path("/usr/bin/nvidia-smi"))
+        return stand_in if os.access(stand_in, os.X_OK) else None
+    found = shutil.which("nvidia-smi")
+    return found or ("/usr/bin/nvidia-smi" if os.access("/usr/bin/nvidia-smi", os.X_OK) else None)
+
+
+def nvidia_smi_query(host: Host, timeout_s: float = 30.0) -> Tuple[Optional[str], str]:
+    """`nvidia-smi -q` (asked once per run), or None and why it did not answer."""
+    if "nvidia_smi_q" in host.cache:
+        return host.cache["nvidia_smi_q"]
+    program = nvidia_smi_program(host)
+    answer: Tuple[Optional[str], str]
+    if not program:
+        answer = None, "no nvidia-smi on this host"
+    else:
+        try:
+            done = subprocess.run(
+                [program, "-q"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            answer = None, f"`{program} -q` did not answer within {timeout_s:.0f} s"
+        except OSError as exc:
+            answer = None, f"`{program} -q` cannot run: {exc}"
+        else:
+            text = done.stdout.decode("utf-8", "replace")
+            if done.returncode == 0:
+                answer = text, f"`{program} -q`"
+            else:
+                answer = None, f"`{program} -q` exited with {done.returncode}: {text.strip()[-300:] or 'no output'}"
+    host.cache["nvidia_smi_q"] = answer
+    return answer
+
+
+def gpu_persistence(text: str) -> List[Dict[str, str]]:
+    """Each GPU of `nvidia-smi -q`: its bus id, product name and persistence mode (Enabled, Disabled)."""
+    gpus: List[Dict[str, str]] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        header = re.fullmatch(r"GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+)", stripped)
+        if header:
+            gpus.append({"bus_id": header.group(1), "product": "", "persistence": ""})
+            continue
+        item = re.match(r"(Product Name|Persistence Mode)\s*:\s*(.*)$", stripped)
+        if item and gpus:
+            key = "product" if item.group(1) == "Product Name" else "persistence"
+            gpus[-1][key] = gpus[-1][key] or item.group(2).strip()
+    return gpus
 
 
 # ----------------------------------------------------------------------------------------------- rules
@@ -631,6 +877,78 @@ def rule_driver(host: Host) -> List[Finding]:
             )
         )
     return findings
+
+
+def rule_persistence(host: Host) -> List[Finding]:
+    """Persistence mode off on a GPU host, from `nvidia-smi -q` (or, when it cannot answer, from how the
+    running nvidia-persistenced was started), with how systemd would start the daemon as the cause."""
+    if host.expect.get("no_gpu"):
+        return []
+    text, asked = nvidia_smi_query(host)
+    gpus = gpu_persistence(text or "")
+    off = [g for g in gpus if g["persistence"].lower() == "disabled"]
+    daemons = persistenced_processes(host)
+    daemons_off = [(pid, argv) for pid, argv in daemons if not persistence_mode_in(argv[1:])]
+    if (gpus and not off) or (not gpus and not daemons_off):
+        return []
+    evidence: List[str] = []
+    if gpus:
+        evidence += [
+            f"{asked}: GPU {gpu['bus_id']} ({gpu['product'] or '?'}): Persistence Mode : {gpu['persistence']}"
+            for gpu in off[:8]
+        ]
+        if len(off) > 8:
+            evidence.append(f"... and {len(off) - 8} more GPU(s) with Persistence Mode : Disabled")
+        title = (
+            f"Persistence mode is off on {len(off)} of {len(gpus)} GPU(s): every CUDA program waits for the driver "
+            "to initialize them, and they are torn down again when the last one exits"
+        )
+    else:
+        evidence.append(f"GPUs not asked: {asked}")
+        title = "nvidia-persistenced runs with --no-persistence-mode: persistence mode is off"
+    evidence += [f"{host.proc}/{pid}/cmdline: {' '.join(argv)}" for pid, argv in daemons]
+    if not daemons:
+        evidence.append(f"no nvidia-persistenced process runs ({host.proc}/<pid>/cmdline)")
+    unit = host_unit(host, PERSISTENCED_UNIT)
+    exec_start = unit.values("Service", "ExecStart")
+    stop_when_unneeded = unit.value("Unit", "StopWhenUnneeded")
+    if unit.path is None:
+        evidence.append(f"no {unit.name} in {', '.join(SYSTEMD_UNIT_DIRS)}")
+        cause = (
+            f"There is no {unit.name}: the driver packages (nvidia-compute-utils-<branch>) install it, and for "
+            "the runfile method the nvidia_driver role does."
+        )
+    else:
+        evidence.append(
+            f"{unit.name} as systemd merges {' + '.join(unit.sources)}: "
+            f"ExecStart={exec_start[-1] if exec_start else '(none)'}; "
+            f"StopWhenUnneeded={stop_when_unneeded if stop_when_unneeded is not None else 'false (default)'}"
+        )
+        unit_on = bool(exec_start) and persistence_mode_in(exec_argv(exec_start[-1])[1:])
+        if not unit_on or unit_bool(stop_when_unneeded):
+            cause = (
+                "The unit starts the daemon with persistence mode off (and StopWhenUnneeded=true stops it again): "
+                f"that is Ubuntu's packaged unit without the nvidia_driver role's drop-in {PERSISTENCED_DROPIN}."
+            )
+        else:
+            cause = (
+                "The unit would turn persistence mode on, but the daemon runs an older command line or does not "
+                "run: `sudo systemctl daemon-reload && sudo systemctl enable nvidia-persistenced && "
+                "sudo systemctl restart nvidia-persistenced`."
+            )
+    return [
+        Finding(
+            "persistence-mode-off",
+            "warning",
+            title,
+            evidence,
+            cause + " Keep nvidia_driver_persistence_mode: true (the default) and run `./toolkit provision`: the "
+            f"nvidia_driver role writes {PERSISTENCED_DROPIN} ([Service] ExecStart= then ExecStart=/usr/bin/"
+            "nvidia-persistenced --user nvidia-persistenced --persistence-mode --verbose; [Unit] "
+            "StopWhenUnneeded=false; the runfile method's own unit runs the same command line), then enables "
+            "and restarts nvidia-persistenced. Right now, until the next reboot: `sudo nvidia-smi -pm 1`.",
+        )
+    ]
 
 
 PROVIDERS: Sequence[Tuple[str, str, str]] = (
@@ -1037,6 +1355,7 @@ RULES = (
     "dkms",
     "secure-boot",
     "driver",
+    "persistence",
     "env",
     "libraries",
     "python-packages",
@@ -1058,6 +1377,7 @@ def diagnose(host: Host) -> Dict[str, Any]:
     findings += rule_dkms(host)
     findings += rule_secure_boot(host)
     findings += rule_driver(host)
+    findings += rule_persistence(host)
     findings += rule_env(host, env, stderr)
     findings += rule_libraries(host, shell)
     findings += rule_python_packages(host, shell)
@@ -1120,6 +1440,7 @@ def host_from_args(args: argparse.Namespace) -> Host:
         kernel=args.kernel,
         environ=dict(os.environ),
         device_id=args.device_id,
+        nvidia_smi=args.nvidia_smi,
     )
 
 
@@ -1132,6 +1453,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel", default="", help="running kernel release (default: from --proc)")
     parser.add_argument("--device-id", type=int, help="MindSpore device_id to check (default: $DEVICE_ID)")
     parser.add_argument("--expect-json", help="the same JSON as text (the role passes it inline)")
+    parser.add_argument(
+        "--nvidia-smi",
+        help="nvidia-smi to ask for `-q` (default: on PATH, or <root>/usr/bin/nvidia-smi under --root; '': none)",
+    )
     parser.add_argument("--json", help="write the JSON document here ('-': print it instead of the text)")
     parser.add_argument(
         "--json-line", action="store_true", help=f"after the text, print the JSON on one line after {JSON_LINE!r}"

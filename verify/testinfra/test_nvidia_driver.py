@@ -6,20 +6,33 @@ the host's stack uses:
 - runfile: NVIDIA's runfile (--silent --dkms), its uninstaller, no driver package, and apt pinned
   so that none is installed over it;
 - cuda_repo: NVIDIA's cuda-drivers-<branch> metapackage and the driver packages it pulls in, held.
+
+Persistence mode: nvidia-persistenced's unit, as systemd merges it (unit file plus drop-ins), starts
+the daemon with --persistence-mode and does not stop it when unneeded, whichever method.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
-from conftest import CATALOG
+from conftest import CATALOG, ROOT
+
+sys.path.insert(0, str(ROOT / "verify"))
+from msgpu_verify import doctor  # the doctor's unit merge (standard library only)
 
 DEFAULT_STACK = CATALOG["stacks"][CATALOG["default_stack"]]
 DEFAULT_BRANCH = CATALOG["driver"][DEFAULT_STACK["driver_branch"]]
 DKMS_LINE = re.compile(r"^[^,]+, [^,]+, ([^,]+), [^:]+: installed", re.MULTILINE)
 RUNFILE_MARKER = "/var/lib/msgpu/nvidia-driver-runfile.sha256"
 RUNFILE_APT_PIN = "/etc/apt/preferences.d/msgpu-nvidia-driver-runfile.pref"
+RUNFILE_PERSISTENCED_UNIT = "/etc/systemd/system/nvidia-persistenced.service"
+# Ubuntu's unit (nvidia-compute-utils-<branch>), which the distro and cuda_repo methods install.
+PACKAGED_PERSISTENCED_UNITS = (
+    "/lib/systemd/system/nvidia-persistenced.service",
+    "/usr/lib/systemd/system/nvidia-persistenced.service",
+)
 # cuDriverGetVersion() needs no GPU: the driver API version libcuda implements (e.g. 11040).
 CUDA_DRIVER_VERSION = (
     "import ctypes; lib = ctypes.CDLL('libcuda.so.1'); v = ctypes.c_int(); "
@@ -40,6 +53,33 @@ def selection(host, package: str) -> tuple[str, str]:
 def depends(host, package: str) -> list[str]:
     out = host.check_output(f"dpkg-query --show --showformat='${{Depends}}' {package}")
     return sorted({re.sub(r"[ (:|].*$", "", d.strip()) for d in out.split(",") if d.strip()})
+
+
+def persistenced_unit(host) -> doctor.Unit:
+    """nvidia-persistenced.service as systemd would merge it, read from the host's files: systemd is not
+    PID 1 in the test containers, so `systemctl show` has no manager to ask."""
+
+    def list_dir(folder: str) -> list[str]:
+        entry = host.file(folder)
+        return entry.listdir() if entry.is_directory else []
+
+    def read(path: str) -> str | None:
+        entry = host.file(path)
+        return entry.content_string if entry.exists or entry.is_symlink else None
+
+    return doctor.load_unit(doctor.PERSISTENCED_UNIT, list_dir, read)
+
+
+def assert_persistence_mode_on(unit: doctor.Unit) -> list[str]:
+    """The merged unit starts the daemon with persistence mode and keeps it running; its argv."""
+    starts = unit.values("Service", "ExecStart")
+    assert len(starts) == 1, (unit.sources, starts)  # Type=forking: exactly one command line
+    argv = doctor.exec_argv(starts[0])
+    assert argv[0] == "/usr/bin/nvidia-persistenced", (unit.sources, argv)
+    assert "--persistence-mode" in argv and "--no-persistence-mode" not in argv, (unit.sources, argv)
+    assert argv[1:3] == ["--user", "nvidia-persistenced"], argv
+    assert not doctor.unit_bool(unit.value("Unit", "StopWhenUnneeded")), (unit.sources, unit.settings)
+    return argv
 
 
 def kernels_with_headers(host) -> list[str]:
@@ -106,11 +146,36 @@ def test_runfile_install_keeps_apt_from_installing_driver_packages(host, stack, 
 
 def test_runfile_install_has_a_persistenced_unit(host, stack):
     method_is(stack, "runfile")
-    unit = host.file("/etc/systemd/system/nvidia-persistenced.service")
+    unit = host.file(RUNFILE_PERSISTENCED_UNIT)
     assert unit.is_file and unit.user == "root" and unit.mode == 0o644
     assert "ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced" in unit.content_string
     assert host.file("/usr/bin/nvidia-persistenced").mode & 0o111
     assert host.user("nvidia-persistenced").exists
+    # The role's own unit, with no drop-in (that one is for Ubuntu's unit), runs persistence mode.
+    merged = persistenced_unit(host)
+    assert merged.path == RUNFILE_PERSISTENCED_UNIT and merged.dropins == [], merged.sources
+    assert_persistence_mode_on(merged)
+    assert not host.file(doctor.PERSISTENCED_DROPIN).exists
+
+
+def test_packaged_persistenced_unit_runs_persistence_mode(host, stack, host_vars):
+    """distro and cuda_repo: Ubuntu's unit says --no-persistence-mode and StopWhenUnneeded=true; with the
+    role's drop-in the unit systemd loads says --persistence-mode and StopWhenUnneeded=false."""
+    method_is(stack, "distro", "cuda_repo")
+    if host_vars.get("nvidia_driver_persistence_mode", True) is False:
+        pytest.skip("nvidia_driver_persistence_mode is false")
+    dropin = host.file(doctor.PERSISTENCED_DROPIN)
+    assert dropin.is_file and dropin.user == "root" and dropin.group == "root" and dropin.mode == 0o644
+    folder = host.file(doctor.PERSISTENCED_DROPIN.rsplit("/", 1)[0])
+    assert folder.is_directory and folder.user == "root" and folder.mode == 0o755
+    unit = persistenced_unit(host)
+    assert unit.path in PACKAGED_PERSISTENCED_UNITS, unit.sources  # the package's, not one of the role's
+    packaged = host.file(unit.path).content_string
+    assert "--no-persistence-mode" in packaged and "StopWhenUnneeded=true" in packaged  # what the drop-in undoes
+    assert doctor.PERSISTENCED_DROPIN in unit.dropins, unit.sources
+    assert_persistence_mode_on(unit)
+    assert unit.values("Install", "WantedBy") == ["multi-user.target"]  # `systemctl enable` works
+    assert host.user("nvidia-persistenced").exists  # the package's postinst creates it
 
 
 def test_module_sources_are_registered_with_dkms(host, stack):
