@@ -1,11 +1,14 @@
 """Faults survived, on a real Ubuntu 20.04 container: the loopback fixture mirror goes down, cuts a
-download mid-way, serves a corrupt file; the run is killed at three different points; another
-process holds the dpkg lock. Each test asserts what the host holds afterwards, not only the exit
-status: no partial or unverified file where a later run would trust it, nothing installed from a
-bad download, and a re-run that converges to the same state as an undisturbed one (then changed=0).
+download mid-way, serves a corrupt file; the run is killed at five different points (while
+downloading, inside the CUDA installer, while unpacking cuDNN, during the driver's DKMS build, during
+MindSpore's pip install); another process holds the dpkg lock; dpkg was interrupted. Each test
+asserts what the host holds afterwards, not only the exit status: no partial or unverified file
+where a later run would trust it, nothing installed from a bad download, and a re-run that converges
+to the same state as an undisturbed one (then changed=0).
 
 The tests run in file order on one container (msgpu-it-faults): the later ones start from the
-state the earlier ones leave.
+state the earlier ones leave (MindSpore imports with the CUDA, cuDNN and libcuda the earlier ones
+installed).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -36,6 +40,13 @@ RUNFILE = CATALOG["cuda"][CUDA]["runfile"]
 CUDNN = CATALOG["cudnn"][STACK["cudnn"]]["tarball"]
 ARTIFACTS = "/var/cache/msgpu/artifacts"
 PREFIX = f"/usr/local/cuda-{CUDA}"
+DKMS_MODULE = CATALOG["driver"][STACK["driver_branch"]]["distro"]["dkms_module"]
+# A kernel the module is installed for, in dkms 2.8's "nvidia, 470.256.02, K, x86_64: installed" and
+# dkms 3's "nvidia/470.256.02, K, x86_64: installed".
+DKMS_INSTALLED = re.compile(r"^[^,/\s]+[,/] ?[^,:\s]+, ([^,:\s]+), [^:\s]+: installed", re.M)
+KERNELS_WITH_HEADERS = "for d in /lib/modules/*; do [ -e $d/build/Makefile ] && basename $d; done; true"
+# Everything of a package install on the host, down to the compiler DKMS runs: all die at once.
+PACKAGE_INSTALL = ("apt", "dpkg", "dkms", "make", "gcc", "conftest")
 RECAP = re.compile(r"^\S+\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M)
 # A file this big anywhere on the host after a failed download would be a (partial) runfile.
 NO_BIG_FILES = (
@@ -62,7 +73,7 @@ class Runs:
     def __init__(self, host: Host, served: mirror.Mirror, inventory: Path) -> None:
         self.host, self.served, self.inventory = host, served, inventory
 
-    def command(self, playbook: str, extra_vars: dict | None = None) -> list[str]:
+    def command(self, playbook: str, extra_vars: dict | None = None, args: list[str] | None = None) -> list[str]:
         return [
             str(Path(sys.prefix) / "bin" / "ansible-playbook"),
             "-i",
@@ -70,16 +81,19 @@ class Runs:
             str(ROOT / "playbooks" / playbook),
             "-e",
             json.dumps({**FAST_RETRIES, **(extra_vars or {})}),
+            *(args or []),
         ]
 
     @staticmethod
     def env() -> dict[str, str]:
         return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
 
-    def run(self, playbook: str, extra_vars: dict | None = None) -> tuple[int, str, float]:
+    def run(
+        self, playbook: str, extra_vars: dict | None = None, args: list[str] | None = None
+    ) -> tuple[int, str, float]:
         started = time.monotonic()
         proc = subprocess.run(
-            self.command(playbook, extra_vars),
+            self.command(playbook, extra_vars, args),
             capture_output=True,
             text=True,
             env=self.env(),
@@ -89,9 +103,17 @@ class Runs:
         )
         return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
 
-    def run_killed(self, playbook: str, ready: threading.Event, container_pattern: str, timeout: float = 300) -> str:
+    def run_killed(
+        self,
+        playbook: str,
+        ready: threading.Event,
+        container_pattern: str,
+        timeout: float = 300,
+        also: tuple[str, ...] = (),
+    ) -> str:
         """Start the playbook, wait until `ready` is set (by a watcher), then kill ansible-playbook and
-        every process of the step on the host (`container_pattern`): the run dies as in a power cut."""
+        every process of the step on the host (`container_pattern`, and the patterns in `also`), all
+        with one signal: the run dies as in a power cut."""
         with open(os.devnull, "w") as sink:
             proc = subprocess.Popen(
                 self.command(playbook), stdout=sink, stderr=sink, env=self.env(), cwd=ROOT, start_new_session=True
@@ -102,17 +124,21 @@ class Runs:
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
-        patterns = [container_pattern, "async_wrapper", "AnsiballZ"]
-        self.host.sh("; ".join(f"pkill -9 -f {unique(p)!r}" for p in patterns) + "; true")
+        patterns = "|".join(unique(p) for p in (container_pattern, *also, "async_wrapper", "AnsiballZ"))
+        # Twice: a process forked while the first pkill was signalling is caught by the second.
+        self.host.sh(f"pkill -9 -f {patterns!r}; sleep 0.5; pkill -9 -f {patterns!r}; true")
         return container_pattern
 
-    def watch_host(self, pattern: str, ready: threading.Event, timeout: float = 300) -> threading.Thread:
-        """Set `ready` once a process matching `pattern` runs on the host."""
+    def watch_host(
+        self, pattern: str, ready: threading.Event, timeout: float = 300, settle: float = 0.0
+    ) -> threading.Thread:
+        """Set `ready` once a process matching `pattern` has run on the host for `settle` seconds."""
 
         def poll() -> None:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and not ready.is_set():
                 if self.host.sh(f"pgrep -f {unique(pattern)!r}").returncode == 0:
+                    time.sleep(settle)
                     ready.set()
                     return
                 time.sleep(0.2)
@@ -284,3 +310,94 @@ def test_apt_waits_for_a_dpkg_lock_held_by_another_process(runs):
     assert rc == 0, output[-4000:]
     assert waited >= hold - 2, f"apt did not wait for the lock ({waited:.0f} s)"
     assert runs.host.sh("dpkg-query -W -f='${Status}' openmpi-bin").stdout == "install ok installed"
+
+
+def flat(output: str) -> str:
+    """The output with its whitespace collapsed: the YAML callback wraps long messages."""
+    return " ".join(output.split())
+
+
+def dpkg_states(host: Host, *packages: str) -> dict[str, str]:
+    shown = host.sh(f"dpkg-query -W -f '${{Package}} ${{Status}}\\n' {' '.join(packages)}").stdout
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in shown.splitlines()}
+
+
+def test_packages_an_interrupted_run_left_are_finished_before_apt_is_used(runs):
+    """What `dpkg --audit` lists after a cut: a package unpacked but never configured, and one whose
+    unpacking was cut short (half-installed, reinstreq), which `dpkg --configure -a` leaves alone and
+    apt reinstalls. --check only reports; the run repairs both before the role, then goes on."""
+    host = runs.host
+    setup = host.sh(
+        "set -e; export DEBIAN_FRONTEND=noninteractive; cd /tmp\n"
+        "ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1 || apt-get update -qq\n"
+        "apt-get install -y -qq --no-install-recommends hello >/dev/null\n"
+        "apt-get download -qq figlet && dpkg --unpack figlet_*.deb >/dev/null && rm figlet_*.deb\n"
+        # What dpkg writes when an unpack starts; a kill leaves it so.
+        "sed -i '/^Package: hello$/,/^$/ s/^Status: install ok installed$/Status: install reinstreq half-installed/' "
+        "/var/lib/dpkg/status\n"
+    )
+    assert setup.returncode == 0, setup.stdout[-2000:] + setup.stderr[-2000:]
+    broken = {"figlet": "install ok unpacked", "hello": "install reinstreq half-installed"}
+    assert dpkg_states(host, "figlet", "hello") == broken
+    audit = host.sh("dpkg --audit").stdout
+    assert "figlet" in audit and "hello" in audit, audit
+
+    rc, output, _ = runs.run("openmpi.yml", args=["--check"])
+    assert rc == 0, output[-4000:]
+    assert "left figlet (unpacked), hello (half-installed, reinstreq); it would be finished" in flat(output)
+    assert dpkg_states(host, "figlet", "hello") == broken, "--check changed dpkg's state"
+
+    rc, output, _ = runs.run("openmpi.yml")
+    assert rc == 0, output[-4000:]
+    assert (
+        "finished the package install an interrupted run had left: figlet (unpacked), hello (half-installed, "
+        "reinstreq); `dpkg --configure -a`, then `apt-get -f install -y` finished it" in flat(output)
+    ), output[-4000:]
+    assert recap(output)[0] >= 2, output[-3000:]
+    assert host.sh("dpkg --audit").stdout.strip() == ""
+    assert dpkg_states(host, "figlet", "hello") == {p: "install ok installed" for p in ("figlet", "hello")}
+    host.sh("DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq figlet hello >/dev/null")
+
+
+def test_killed_during_the_driver_dkms_build_the_rerun_finishes_it_and_converges(runs):
+    host = runs.host
+    ready = threading.Event()
+    # The run's first compiler is DKMS building the module from nvidia-dkms-<branch>'s postinst.
+    runs.watch_host("cc1", ready, timeout=900)
+    runs.run_killed("nvidia_driver.yml", ready, "cc1", timeout=900, also=PACKAGE_INSTALL)
+    audit = host.sh("dpkg --audit").stdout.strip()
+    status = host.sh(f"dkms status -m {DKMS_MODULE}").stdout.strip()
+    print(f"left by the kill: dpkg --audit: {audit!r}; dkms status: {status!r}")
+    assert DKMS_INSTALLED.findall(status) == [], status
+    rc, output, _ = runs.run("nvidia_driver.yml")
+    assert rc == 0, output[-4000:]
+    print("repaired:", re.findall(r"finished the package install.{0,200}|DKMS had.{0,300}", flat(output)))
+    assert host.sh("dpkg --audit").stdout.strip() == ""
+    kernels = host.sh(KERNELS_WITH_HEADERS).stdout.split()
+    status = host.sh(f"dkms status -m {DKMS_MODULE}").stdout
+    assert kernels and set(kernels) <= set(DKMS_INSTALLED.findall(status)), f"{kernels}: {status}"
+    rc, output, _ = runs.run("nvidia_driver.yml")
+    assert rc == 0 and recap(output) == (0, 0), output[-3000:]
+
+
+def test_killed_during_the_mindspore_pip_install_the_rerun_rebuilds_the_venv(runs):
+    host = runs.host
+    release = STACK["mindspore"]
+    ready = threading.Event()
+    # The first `pip install` is the verified wheel's (the wheel itself came by `pip download`).
+    runs.watch_host("pip install", ready, timeout=900, settle=2)
+    runs.run_killed("mindspore.yml", ready, "pip install", timeout=900)
+    home = host.sh("getent passwd msgpu | cut -d: -f6").stdout.strip()
+    venv = f"{home}/venvs/mindspore-{release}"
+    assert home and host.sh(f"test -e {venv}/.msgpu-installed").returncode != 0, "marker left by a cut install"
+    rc, output, _ = runs.run("mindspore.yml")
+    assert rc == 0, output[-4000:]
+    env_file = f"/etc/msgpu/env/mindspore-{CATALOG['default_stack']}.sh"
+    script = "import mindspore, os; print(mindspore.__version__, flush=True); os._exit(0)"
+    imported = host.sh(
+        f"timeout 300 su - msgpu -c {shlex.quote(f'. {env_file} && {venv}/bin/python -c {shlex.quote(script)}')}"
+    )
+    assert imported.returncode == 0, imported.stdout[-2000:] + imported.stderr[-2000:]
+    assert imported.stdout.strip().splitlines()[-1] == release, imported.stdout
+    rc, output, _ = runs.run("mindspore.yml")
+    assert rc == 0 and recap(output) == (0, 0), output[-3000:]
