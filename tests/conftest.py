@@ -51,7 +51,9 @@ def catalog_artifacts(catalog: dict) -> list[dict]:
 
 
 def unpinned_files(catalog: dict) -> list[str]:
-    """Files the catalog has no publisher checksum for (NVIDIA's runfiles and tarballs)."""
+    """Files no public source gives a checksum for (`sha256: null` with `no_public_checksum`: NCCL's
+    and TensorRT 7's tarballs, the vendor's MindSpore and Serving wheels). Every other file carries
+    its real sha256, so tests give stand-ins only for these."""
     return [artifact["file"] for artifact in catalog_artifacts(catalog) if artifact["sha256"] is None]
 
 
@@ -144,5 +146,25 @@ RESOLVER_REFUSALS = [
         "stack_local_artifacts.a.tgz",
         "does not exist",
         id="local_artifacts.a.tgz-22",
+    ),
+    # Representatives of the refusals of issue 14 (each row here is also a site.yml run in the
+    # integration tests); tests/unit/test_stack_catalog.py has every case with its exact message.
+    pytest.param(
+        {"cuda_version": 11.1},  # the inventory's unquoted 11.10: a float
+        "stack_cuda_version",
+        "11.1 is a number (YAML reads 11.10 as 11.1); allowed: a version in quotes",
+        id="cuda_version-23",
+    ),
+    pytest.param(
+        {"cuda_extra_versions": ["11.4", "11.4"]},
+        "stack_cuda_extra_versions",
+        "listed more than once; allowed: each version once",
+        id="cuda_extra_versions-24",
+    ),
+    pytest.param(
+        {"driver_version": "470.86"},
+        "stack_driver_version",
+        "allowed: '' (the default), or stack_driver_method: runfile",
+        id="driver_version-25",
     ),
 ]

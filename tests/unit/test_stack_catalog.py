@@ -70,8 +70,13 @@ def test_checksum_override_is_applied(resolve, pinned):
 
 
 def test_unpinned_download_is_refused(stack_catalog, catalog):
+    """A file no public source pins (the catalog says why) is refused until the user gives its sha256 or a copy;
+    the message gives the command that computes the sum."""
     errors = stack_catalog.resolve_stack(catalog, {})["errors"]
-    assert any(e.startswith("stack_artifact_checksums.cuda_11.1.0_455.23.05_linux.run: ") for e in errors), errors
+    nccl = catalog["nccl"][catalog["stacks"][catalog["default_stack"]]["nccl"]]["tarball"]
+    assert nccl["sha256"] is None and nccl["no_public_checksum"], nccl
+    refusal = [e for e in errors if e.startswith(f"stack_artifact_checksums.{nccl['file']}: ")]
+    assert refusal and "sha256sum" in refusal[0], errors
     assert all("stack_local_artifacts" in e for e in errors)
 
 
@@ -208,3 +213,166 @@ def test_wheels_go_into_the_virtualenv_and_are_not_counted_under_the_prefix(reso
     stack = resolve(cudnn_version="8.5.0", cudnn_method="wheel", nccl_version="2.14.3", nccl_method="wheel")["stack"]
     assert [p["name"] for p in stack["disk"]] == ["CUDA 11.1"]
     assert stack["disk_mb"] == 8000
+
+
+# --- issue 14: versions are strings, no duplicates, nothing the configuration would ignore ------
+QUOTE = "allowed: a version in quotes; write"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"cuda_version": 11.1},  # `stack_cuda_version: 11.10` unquoted: YAML's float 11.1
+            "stack_cuda_version: 11.1 is a number (YAML reads 11.10 as 11.1); allowed: a version in quotes; "
+            'write stack_cuda_version: "11.1" (or "11.10", whichever you meant)',
+        ),
+        (
+            {"driver_branch": 470},
+            f'stack_driver_branch: 470 is a number; {QUOTE} stack_driver_branch: "470"',
+        ),
+        (
+            {"driver_method": "runfile", "driver_version": 470.86},
+            "stack_driver_version: 470.86 is a number (YAML reads 470.860 as 470.86); "
+            f'{QUOTE} stack_driver_version: "470.86" (or "470.860", whichever you meant)',
+        ),
+        (
+            {"cuda_extra_versions": [11.4]},
+            f"stack_cuda_extra_versions: 11.4 is a number (YAML reads 11.40 as 11.4); {QUOTE} "
+            'stack_cuda_extra_versions: ["11.4"]',
+        ),
+        (
+            {"cuda_extra_versions": [11.4, 11.6], "driver_branch": "510"},
+            f"stack_cuda_extra_versions: 11.4, 11.6 are numbers (YAML reads 11.40 as 11.4); {QUOTE} "
+            'stack_cuda_extra_versions: ["11.4", "11.6"]',
+        ),
+        (
+            {"tensorrt_enabled": True, "tensorrt_version": 8},
+            f'stack_tensorrt_version: 8 is a number; {QUOTE} stack_tensorrt_version: "8"',
+        ),
+    ],
+)
+def test_a_version_written_as_a_number_is_refused_with_the_line_to_write(resolve, settings, message):
+    assert message in resolve(**settings)["errors"]
+
+
+@pytest.mark.parametrize(
+    "variable", ["mindspore_version", "cuda_version", "cudnn_version", "nccl_version", "driver_branch"]
+)
+@pytest.mark.parametrize("number", [0, 1, 11.1, 8.0])
+def test_every_version_setting_refuses_numbers(resolve, variable, number):
+    errors = resolve(**{variable: number})["errors"]
+    assert any(e.startswith(f"stack_{variable}: {number} is a number") for e in errors), errors
+
+
+def test_the_unquoted_11_10_no_longer_installs_cuda_11_1_without_a_word(resolve):
+    result = resolve(cuda_version=11.1)
+    (error,) = result["errors"]
+    assert error.startswith("stack_cuda_version: 11.1 is a number")
+    quoted = resolve(cuda_version="11.1")
+    assert quoted["errors"] == [] and quoted["stack"]["cuda"]["version"] == "11.1"
+
+
+def test_booleans_are_not_numbers_and_get_the_catalog_message(resolve):
+    errors = resolve(cuda_version=True)["errors"]
+    assert errors[0] == "stack_cuda_version: 'True' is not in the catalog; allowed: 11.1, 11.4, 11.6"
+    assert not [e for e in errors if "is a number" in e]
+
+
+def test_a_cuda_listed_twice_is_refused_and_fetched_once(resolve):
+    result = resolve(cuda_extra_versions=["11.4", "11.4"])
+    assert result["errors"] == [
+        'stack_cuda_extra_versions: "11.4" is listed more than once; allowed: each version once; '
+        'write stack_cuda_extra_versions: ["11.4"]'
+    ]
+    assert [t["version"] for t in result["stack"]["cuda"]["toolkits"]] == ["11.1", "11.4"]
+    runfiles = [d["file"] for d in result["stack"]["artifact_cache"]["downloads"] if d["component"] == "cuda"]
+    assert len(runfiles) == len(set(runfiles)) == 2
+
+
+def test_a_number_and_its_quoted_twin_are_one_version_listed_twice(resolve):
+    errors = resolve(cuda_extra_versions=[11.4, "11.4"])["errors"]
+    assert [e.split(":")[0] for e in errors] == ["stack_cuda_extra_versions"] * 2
+    assert "is a number" in errors[0] and '"11.4" is listed more than once' in errors[1]
+    assert all(e.endswith('write stack_cuda_extra_versions: ["11.4"]') for e in errors)
+
+
+def test_an_unknown_extra_cuda_listed_twice_is_named_once(resolve):
+    errors = resolve(cuda_extra_versions=["12.4", "12.4"])["errors"]
+    assert errors.count("stack_cuda_extra_versions: '12.4' is not in the catalog; allowed: 11.1, 11.4, 11.6") == 1
+
+
+def test_the_stacks_own_cuda_among_the_extras_is_accepted_with_a_warning(resolve):
+    """Not refused: an inventory-wide list may name the CUDA that one host's stack has anyway."""
+    result = resolve(cuda_extra_versions=["11.1", "11.4"])
+    assert result["errors"] == []
+    assert [t["version"] for t in result["stack"]["cuda"]["toolkits"]] == ["11.1", "11.4"]
+    assert result["warnings"] == [
+        "stack_cuda_extra_versions: 11.1 is the stack's own CUDA (stack_cuda_version), installed anyway; "
+        "the entry changes nothing"
+    ]
+
+
+def test_extra_versions_that_are_not_a_list_say_what_to_write(resolve):
+    errors = resolve(cuda_extra_versions="11.6")["errors"]
+    assert (
+        "stack_cuda_extra_versions: must be a list, got 11.6; allowed: CUDA versions in quotes; "
+        'write stack_cuda_extra_versions: ["11.6"]'
+    ) in errors
+
+
+@pytest.mark.parametrize("method", ["distro", "cuda_repo"])
+def test_an_exact_driver_release_with_a_package_method_is_refused(resolve, method):
+    result = resolve(driver_method=method, driver_version="470.86")
+    assert result["errors"] == [
+        f"stack_driver_version: '470.86' is ignored by the driver method '{method}' (it installs branch "
+        "470's packages); allowed: '' (the default), or stack_driver_method: runfile"
+    ]
+    # The summary shows the branch's release, not the ignored one.
+    assert result["stack"]["driver"]["version"] == "470.86"
+    below = resolve(driver_method=method, driver_version="440.33")["errors"]
+    assert [e.split(":")[0] for e in below] == ["stack_driver_version"]  # one message, not a minimum too
+
+
+def test_an_exact_driver_release_is_the_runfile_methods(resolve):
+    result = resolve(driver_method="runfile", driver_version="470.86")
+    assert result["errors"] == []
+    assert result["stack"]["driver"]["artifact"]["file"] == "NVIDIA-Linux-x86_64-470.86.run"
+
+
+def test_a_bad_driver_method_is_not_also_called_ignoring_the_release(resolve):
+    errors = resolve(driver_method="rpm", driver_version="470.86")["errors"]
+    assert [e.split(":")[0] for e in errors] == ["stack_driver_method"]
+
+
+@pytest.mark.parametrize(("variable", "value"), [("tensorrt_version", "8.4.1.5"), ("tensorrt_method", "wheel")])
+def test_a_tensorrt_setting_with_tensorrt_off_is_refused(resolve, variable, value):
+    assert resolve(**{variable: value})["errors"] == [
+        f"stack_{variable}: '{value}' is ignored: TensorRT is off (stack_tensorrt_enabled: false); "
+        "allowed: '' (the default), or stack_tensorrt_enabled: true"
+    ]
+    on = resolve(tensorrt_enabled=True, tensorrt_version="8.4.1.5", tensorrt_method="wheel")
+    assert on["errors"] == [] and on["stack"]["tensorrt"]["method"] == "wheel"
+
+
+def test_a_tensorrt_version_is_used_when_serving_turns_tensorrt_on(resolve):
+    result = resolve(serving_enabled=True, tensorrt_version="7.2.2.3")
+    assert result["errors"] == [] and result["stack"]["tensorrt"]["version"] == "7.2.2.3"
+
+
+def test_a_bad_tensorrt_switch_is_the_only_message(resolve):
+    assert resolve(tensorrt_enabled="yes", tensorrt_version="8.4.1.5")["errors"] == [
+        "stack_tensorrt_enabled: 'yes' is not a boolean; allowed: true, false"
+    ]
+
+
+def test_an_unknown_method_names_the_empty_choice_readably(resolve):
+    assert resolve(cudnn_method="conda")["errors"] == [
+        "stack_cudnn_method: 'conda' is not an install method for cudnn; allowed: tarball, cuda_repo, wheel, "
+        "or '' (the stack's default, tarball)"
+    ]
+
+
+def test_allowed_lists_never_start_with_an_empty_entry(stack_catalog):
+    assert stack_catalog._allowed(["", "distro", "runfile"]) == "'' (the default), distro, runfile"
+    assert stack_catalog._allowed([]) == "(none)"

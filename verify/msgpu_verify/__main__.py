@@ -158,14 +158,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_mod.run(args)
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"--slow-below {text!r}: allowed is a fraction of the median, 0 < x <= 1")
-    return value
+# Numbers on the command line, refused outside their range (argparse exits 2 with the message); the
+# factory is the Serving check's. A day is the longest any check may take; 0 < x is sys.float_info.min.
+_bounded = serving_mod._bounded
+_POSITIVE = sys.float_info.min
+_DAY = 86400.0
+_timeout = _bounded("--timeout", float, 1, _DAY, "a number of seconds from 1 to 86400")
+_retries = _bounded("--retries", int, 0, 100, "a whole number from 0 to 100")
+_epochs = _bounded("--epochs", int, 1, 1000, "a whole number from 1 to 1000")
+_batch_size = _bounded("--batch-size", int, 1, 60000, "a whole number from 1 to 60000 (the MNIST training images)")
+_lr = _bounded("--lr", float, _POSITIVE, 10.0, "a learning rate, 0 < x <= 10")
+_momentum = _bounded("--momentum", float, 0.0, 1.0, "a fraction from 0 to 1")
+_random_seed = _bounded("--random-seed", int, 0, 2**32 - 1, "a whole number from 0 to 4294967295")
+_fraction = _bounded("--slow-below", float, _POSITIVE, 1.0, "a fraction of the median, 0 < x <= 1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("judge", help="run_check + an independent Mul in a child with a timeout, one verdict")
     p.add_argument("--device", default="GPU", choices=["GPU", "CPU"])
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--timeout", type=_timeout, default=120.0)
     p.add_argument(
         "--accept",
         nargs="+",
@@ -197,23 +202,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sha256", action="append", metavar="NAME=HEX")
     p.add_argument("--dest", required=True)
     p.add_argument("--ca-bundle")
-    p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("--retries", type=int, default=3)
+    p.add_argument("--timeout", type=_timeout, default=60.0)
+    p.add_argument("--retries", type=_retries, default=3)
     p.set_defaults(func=cmd_mnist)
 
     p = sub.add_parser("bench", help="the seed's LeNet5 training, measured")
     p.add_argument("--device", default="CPU", choices=["CPU", "GPU"])
     p.add_argument("--data", required=True)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--epochs", type=_epochs, default=3)
+    p.add_argument("--batch-size", type=_batch_size, default=32)
+    p.add_argument("--lr", type=_lr, default=0.01)
+    p.add_argument("--momentum", type=_momentum, default=0.9)
     p.add_argument("--sink", default="auto", choices=["auto", "on", "off"])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--random-seed", type=int, default=1, help="weights and shuffles (default 1: every run comparable)")
+    p.add_argument(
+        "--random-seed", type=_random_seed, default=1, help="weights and shuffles (default 1: every run comparable)"
+    )
     p.add_argument("--compare-seed", action="store_true")
     p.add_argument("--save-checkpoint", metavar="PATH", help="save the trained LeNet5 there (for `serving`)")
-    p.add_argument("--timeout", type=float)
+    p.add_argument("--timeout", type=_timeout, help="the training child's limit (s; default 900, --quick 80)")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--json")
     p.set_defaults(func=cmd_bench)

@@ -34,8 +34,22 @@ def version_key(version: str) -> tuple[int, ...]:
 
 
 def _allowed(values: Any) -> str:
-    items = [str(v) for v in values]
+    items = ["'' (the default)" if str(v) == "" else str(v) for v in values]
     return ", ".join(items) if items else "(none)"
+
+
+def _is_number(value: Any) -> bool:
+    """YAML's unquoted 11.10 is the float 11.1, 470 the int 470: versions must be strings."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _unquoted(variable: str, values: list[Any], fix: str) -> str:
+    """The refusal of version numbers written without quotes, with the line to write instead."""
+    numbers = [str(v) for v in values if _is_number(v)]
+    floats = [str(v) for v in values if isinstance(v, float)]
+    what = f"{numbers[0]} is a number" if len(numbers) == 1 else f"{', '.join(numbers)} are numbers"
+    why = f" (YAML reads {floats[0]}0 as {floats[0]})" if floats else ""
+    return f"{what}{why}; allowed: a version in quotes; write {variable}: {fix}"
 
 
 class _Resolver:
@@ -51,6 +65,14 @@ class _Resolver:
 
     def error(self, variable: str, message: str) -> None:
         self.errors.append(f"{variable}: {message}")
+
+    def text(self, name: str, default: str = "") -> str:
+        """A version setting (stack_<name>) as text, `default` when empty; a number is refused."""
+        value = self.setting(name, "")
+        if _is_number(value):
+            fix = f'"{value}" (or "{value}0", whichever you meant)' if isinstance(value, float) else f'"{value}"'
+            self.error(f"stack_{name}", _unquoted(f"stack_{name}", [value], fix))
+        return str(value if _is_number(value) else value or default)
 
     # --- sources and artifacts -------------------------------------------------------------
     def sources(self) -> dict[str, str]:
@@ -120,7 +142,11 @@ class _Resolver:
         chosen = str(self.setting(f"{component}_method", "") or default)
         known = self.catalog["install_methods"][component]
         if chosen not in known:
-            self.error(variable, f"'{chosen}' is not an install method for {component}; allowed: {_allowed(known)}")
+            self.error(
+                variable,
+                f"'{chosen}' is not an install method for {component}; allowed: {_allowed(known)}, "
+                f"or '' (the stack's default, {default})",
+            )
             return chosen
         available = [m for m in known if m in entry]
         if chosen not in entry:
@@ -137,7 +163,7 @@ class _Resolver:
         """The stack's version of a component, or the user's override when the stack accepts it."""
         variable = f"stack_{component}_version"
         default = str(stack[component])
-        chosen = str(self.setting(f"{component}_version", "") or default)
+        chosen = self.text(f"{component}_version", default)
         accepted = [default, *[str(v) for v in stack.get("also_accepts", {}).get(component, [])]]
         if chosen not in self.catalog[component]:
             self.error(variable, f"'{chosen}' is not in the catalog; allowed: {_allowed(self.catalog[component])}")
@@ -191,15 +217,37 @@ class _Resolver:
             )
         extra = self.setting("cuda_extra_versions", [])
         if not isinstance(extra, list):
-            self.error("stack_cuda_extra_versions", f"must be a list of CUDA versions, got '{extra}'")
+            self.error(
+                "stack_cuda_extra_versions",
+                f"must be a list, got {extra}; allowed: CUDA versions in quotes; "
+                f'write stack_cuda_extra_versions: ["{extra}"]',
+            )
             extra = []
-        for ver in extra:
-            if str(ver) not in self.catalog["cuda"]:
+        listed = [str(v) for v in extra]
+        once = list(dict.fromkeys(listed))
+        fix = "[" + ", ".join(f'"{v}"' for v in once) + "]"
+        if any(_is_number(v) for v in extra):
+            self.error("stack_cuda_extra_versions", _unquoted("stack_cuda_extra_versions", extra, fix))
+        for ver in once:
+            if ver not in self.catalog["cuda"]:
                 self.error(
                     "stack_cuda_extra_versions",
                     f"'{ver}' is not in the catalog; allowed: {_allowed(self.catalog['cuda'])}",
                 )
-        versions = [cuda_version, *[str(v) for v in extra if str(v) != cuda_version]]
+        repeated = [f'"{v}"' for v in once if listed.count(v) > 1]
+        if repeated:
+            self.error(
+                "stack_cuda_extra_versions",
+                f"{', '.join(repeated)} {'is' if len(repeated) == 1 else 'are'} listed more than once; "
+                f"allowed: each version once; write stack_cuda_extra_versions: {fix}",
+            )
+        if cuda_version in once:
+            # Not refused: an inventory-wide list may name the CUDA that one host's stack has anyway.
+            self.warnings.append(
+                f"stack_cuda_extra_versions: {cuda_version} is the stack's own CUDA (stack_cuda_version), "
+                "installed anyway; the entry changes nothing"
+            )
+        versions = [cuda_version, *[v for v in once if v != cuda_version]]
         cuda_method = self.method("cuda", cuda, cuda_version, stack)
         resolved["cuda"] = {
             "version": cuda_version,
@@ -365,16 +413,23 @@ class _Resolver:
         }
 
     def require_checksums(self, resolved: dict[str, Any]) -> None:
-        """Every file the chosen methods download must be pinned by a checksum (or be local)."""
+        """Every file the chosen methods download must be pinned by a checksum (or be local).
+
+        The catalog pins every file some public source gives a sha256 for; the rest carry
+        `no_public_checksum` (why), which the refusal quotes with the steps to pin the user's copy."""
         chosen = [t["artifact"] for t in resolved["cuda"]["toolkits"]]
         chosen += [resolved[c].get("artifact", {}) for c in ("cudnn", "nccl", "tensorrt", "driver")]
         for artifact in chosen:
             if artifact.get("file") and not artifact.get("sha256") and not artifact.get("local_path"):
+                name = artifact["file"]
+                why = str(artifact.get("no_public_checksum") or "the catalog has no checksum for it").strip()
+                where = f" from {artifact['url']}" if artifact.get("url") else ""
                 self.error(
-                    f"stack_artifact_checksums.{artifact['file']}",
-                    "the publisher's checksum is not in the catalog, and downloads are only trusted when "
-                    "pinned; allowed: the sha256 of your copy of the file in stack_artifact_checksums, or "
-                    "its path on the controller in stack_local_artifacts",
+                    f"stack_artifact_checksums.{name}",
+                    f"no public sha256 exists for {name}: {why}. Downloads are only trusted when pinned; "
+                    f"allowed: download it{where}, run `sha256sum {name}` and add the sum to the "
+                    f'inventory\'s group_vars as `stack_artifact_checksums: {{"{name}": <sum>}}`, or give '
+                    f"the path of your copy on the controller in stack_local_artifacts",
                 )
 
     def check_cuda_fit(self, component: str, version: str, entry: dict[str, Any], cuda_version: str) -> None:
@@ -473,7 +528,8 @@ class _Resolver:
 
     def resolve_tensorrt(self, stack: dict[str, Any], resolved: dict[str, Any], cuda_version: str, art: Any) -> None:
         enabled = self.setting("tensorrt_enabled", False)
-        if not isinstance(enabled, bool):
+        valid = isinstance(enabled, bool)
+        if not valid:
             self.error("stack_tensorrt_enabled", f"'{enabled}' is not a boolean; allowed: true, false")
             enabled = False
         serving = resolved.get("serving", {})
@@ -481,6 +537,14 @@ class _Resolver:
         required_by_serving = bool(serving.get("enabled") and serving.get("tensorrt_required"))
         enabled = enabled or required_by_serving
         if not enabled:
+            for name in ("tensorrt_version", "tensorrt_method") if valid else ():
+                value = self.setting(name, "")
+                if value != "":
+                    self.error(
+                        f"stack_{name}",
+                        f"'{value}' is ignored: TensorRT is off (stack_tensorrt_enabled: false); "
+                        "allowed: '' (the default), or stack_tensorrt_enabled: true",
+                    )
             resolved["tensorrt"] = {"enabled": False, "disk_mb": 0}
             return
         version = self.version("tensorrt", stack)
@@ -506,14 +570,23 @@ class _Resolver:
         self, stack: dict[str, Any], resolved: dict[str, Any], cuda_versions: list[str], art: Any
     ) -> None:
         branches = self.catalog["driver"]
-        branch = str(self.setting("driver_branch", "") or stack["driver_branch"])
+        branch = self.text("driver_branch", str(stack["driver_branch"]))
         if branch not in branches:
             self.error("stack_driver_branch", f"'{branch}' is not in the catalog; allowed: {_allowed(branches)}")
             resolved["driver"] = {"branch": branch}
             return
         entry = branches[branch]
         method = self.method("driver", entry, branch, stack)
-        version = str(self.setting("driver_version", "") or entry["version"])
+        exact = self.setting("driver_version", "")
+        if exact != "" and method != "runfile" and method in self.catalog["install_methods"]["driver"]:
+            # distro and cuda_repo install the branch's packages: an exact release would be ignored.
+            self.error(
+                "stack_driver_version",
+                f"'{exact}' is ignored by the driver method '{method}' (it installs branch {branch}'s packages); "
+                "allowed: '' (the default), or stack_driver_method: runfile",
+            )
+            exact = ""
+        version = self.text("driver_version", entry["version"]) if exact != "" else str(entry["version"])
         if method == "runfile" and version not in entry.get("runfile", {}):
             self.error(
                 "stack_driver_version",
