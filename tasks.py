@@ -262,6 +262,20 @@ def _pytest_stage(name: str, paths: str, what: str, env: dict[str, str]) -> suit
     )
 
 
+def _unit_stage(env: dict[str, str]) -> suite.Stage:
+    """The unit tests, run in a copy of the working tree outside the checkout (nothing beside it), so a
+    clone anywhere passes them; the fixture caches are this checkout's (MSGPU_CACHE)."""
+    copy = _isolated_copy()
+    basetemp = shlex.quote(str(sandbox.CACHE / "pytest" / "unit"))
+    (sandbox.CACHE / "pytest").mkdir(parents=True, exist_ok=True)
+    command = f"cd {shlex.quote(str(copy))} && pytest -q -p no:cacheprovider --basetemp={basetemp} tests/unit"
+    return suite.Stage(
+        "unit",
+        f"catalog, resolver, fixtures, verification package (in {copy}, a copy of the working tree)",
+        [suite.Step("unit", command, {**env, "MSGPU_CACHE": str(sandbox.CACHE)})],
+    )
+
+
 def _isolated_copy() -> Path:
     """The working tree as a clone elsewhere has it, in a folder whose parent holds nothing else (no
     data folder beside the checkout, no .cache, no .venv): the unit stage runs its tests there to prove
@@ -357,7 +371,7 @@ def test(c: Context, fast: bool = False, keyword: str = "", scenario: str = "", 
                     "launcher, verify.yml's Serving check, uninstall",
                     env,
                 ),
-                _pytest_stage("unit", "tests/unit", "catalog, resolver, fixtures, verification package", env),
+                _unit_stage(env),
             ]
         runner = suite.Runner(ROOT, RESULTS / "test-logs", _env(), lanes=lanes)
         print(f"\n{len(stages)} stages, {lanes} at a time; logs in {runner.log_dir}", flush=True)

@@ -2,9 +2,9 @@
 real (CPU), `msgpu_verify serving` exports it to MindIR, deploys the `lenet5` servable, validates its
 config, runs the servable's own pipeline on real MNIST test images, and tries the server, which Serving
 refuses on a host without a GPU: the verdict must be NO_DEVICE, with Serving's own message, and the
-report must say what could not run. MNIST reaches the host through the controller's artifact cache
-(verify.yml fills it from `stack_sources.mnist`: the real files beside the checkout as a file:// source,
-or the catalog's MNIST URL when they are not there).
+report must say what could not run. MNIST reaches the host through the controller's cache (the verify
+role fills it from the catalog's MNIST sources in order; here `stack_sources.mnist` points the first at
+the repository's own copy, data/mnist, as a file:// URL, as a site's mirror would be).
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import pytest
 
 from tests.serving.conftest import ROOT, ServingHost
 
-MNIST = ROOT.parent / "shared" / "data" / "mnist"
+MNIST = ROOT / "data" / "mnist"
 SERVABLE = "/var/lib/msgpu/verify/servables/lenet5"
 
 
 @pytest.fixture(scope="module")
 def verified(serving_host: ServingHost, tmp_path_factory: pytest.TempPathFactory):
     results = tmp_path_factory.mktemp("serving-verify")
-    # The real MNIST beside the checkout as a file:// source; without it, the catalog's own source.
-    sources = {"mnist": MNIST.as_uri()} if MNIST.is_dir() else {}
+    # The repository's copy of MNIST as the first source (a site's mirror would be an http(s) URL).
+    sources = {"mnist": MNIST.as_uri()}
     started = time.monotonic()
     run = serving_host.playbook(
         playbook="verify.yml",

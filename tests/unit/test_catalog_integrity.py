@@ -44,8 +44,8 @@ def test_sources_of_artifacts_exist(catalog):
         assert sha is None or re.fullmatch(r"[0-9a-f]{64}", sha), artifact
 
 
-def test_mnist_checksums_match_the_shared_data(catalog):
-    sums = ROOT.parent / "shared" / "data" / "mnist" / "SHA256SUMS"
+def test_mnist_checksums_match_the_repository_copy(catalog):
+    sums = ROOT / "data" / "mnist" / "SHA256SUMS"
     if not sums.is_file():
         pytest.fail(f"{sums} is missing: the test data set this project is built against")
     published = dict(reversed(line.split()) for line in sums.read_text().splitlines() if line.strip())
