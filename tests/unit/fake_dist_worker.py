@@ -45,11 +45,13 @@ def main() -> None:
         if mode == "device0":  # a script that hard-codes device_id=0
             me["device_id"], me["gpu"] = 0, "0"
         steps = args.steps
-        first, final = 2.3026, 0.41
+        first, final, accuracy = 2.3026, 0.41, float(os.environ.get("FAKE_DIST_ACCURACY", "0.9712"))
         if mode == "nan":
             final = float("nan")
-        if mode == "flat":
-            final = 2.3031
+        if mode in ("plateau", "plateau-up"):
+            # Still on the seed's LeNet5 loss plateau: the loss moved by noise (down or up), every image gets the
+            # same digit, so the held-out accuracy is that digit's share (rank 0's test shard: 1s, 0.1182).
+            final, accuracy = (2.3019 if mode == "plateau" else 2.3031), 0.1182
         me.update(
             {
                 "steps": 0 if mode == "idle" and rank == 1 else steps,
@@ -60,8 +62,12 @@ def main() -> None:
                 "images_per_s": round(steps * args.batch_size / (2.0 + rank * 0.1), 1),
                 "param_checksum": 1234.5678 + (rank * 10.0 if mode == "diverged" else 0.0),
                 "mindspore_version": "1.5.1",
+                "heldout_accuracy": accuracy,
+                "heldout_samples": 10000 // me["size"],
             }
         )
+        if mode == "noheldout":  # a worker from before the held-out rule
+            del me["heldout_accuracy"], me["heldout_samples"]
     sys.stdout.write("rank chatter before the result line\n")
     sys.stdout.write(distributed.RANK_MARKER + " " + json.dumps(me) + "\n")
     sys.stdout.flush()

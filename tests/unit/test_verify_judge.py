@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,6 +20,8 @@ sys.path.insert(0, str(VERIFY))
 
 from msgpu_verify import judge  # noqa: E402
 from msgpu_verify._proc import RESULT_MARKER, run_child  # noqa: E402
+
+from testbed import run_check_texts  # noqa: E402
 
 
 def fake_env(variant: str, **extra: str) -> dict:
@@ -196,3 +200,144 @@ def test_missing_python_is_failed_not_a_crash(tmp_path):
     assert document["verdict"] == "FAILED"
     assert "no-python" in document["explanation"]
     assert judge.exit_code(document, ["NO_GPU"]) == 1
+
+
+# --- run_check's real texts, per release (tests/unit/data/run_check_texts.json, from the wheels) -------------------
+
+TEXTS_FILE = Path(__file__).resolve().parent / "data" / "run_check_texts.json"
+TEXTS = json.loads(TEXTS_FILE.read_text())
+RELEASES = TEXTS["releases"]
+READ = sorted((v for v, r in RELEASES.items() if r.get("wheel")), key=run_check_texts._version_key)
+
+
+def render(template: str, version: str, device: str, error: str = "") -> str:
+    """A print template of the wheel, as that release prints it on ``device`` (KeyError: a new kind of template)."""
+    values = {"ms.__version__": version, "ms.get_context('device_target')": device, "str(e)": error}
+    return re.sub(r"\{([^{}]+)\}", lambda match: values[match.group(1)], template)
+
+
+def run_check_output(lines: list, version: str = "1.5.1", mul_ok: bool = True) -> str:
+    """The probe's output around run_check's printed ``lines``, with a passing or failing independent product."""
+    result = {"imported": True, "mindspore_version": version, "mul_ok": mul_ok, "mul": [4.0, 10.0, 18.0]}
+    text = f"{judge.STAGE_MARKER} begin run_check\n" + "".join(line + "\n" for line in lines)
+    text += f"{judge.STAGE_MARKER} end run_check\n"
+    return probe_output(json.dumps(result), text)
+
+
+def test_every_catalog_release_has_its_texts_or_says_why(catalog):
+    for version, entry in catalog["mindspore"].items():
+        record = RELEASES[str(version)]
+        assert record["catalog"] is True and record["package"] == entry["package"]
+        if record.get("wheel"):
+            # The wheel read is the catalog's own file where the catalog pins it (sha256 from PyPI's index).
+            pinned = [w for w in (entry.get("wheels") or {}).values() if w.get("file") == record["wheel"]]
+            for wheel in pinned:
+                assert wheel["sha256"] in (None, record["sha256"]), version
+            continue
+        # Not on PyPI (2.2.14): the nearest releases on either side were read, and they agree on every text.
+        assert record["not_on_pypi"]
+        below, above = record["bracketed_by"]
+        assert run_check_texts._version_key(below) < run_check_texts._version_key(str(version))
+        assert run_check_texts._version_key(str(version)) < run_check_texts._version_key(above)
+        assert {k: RELEASES[below]["run_check"][k] for k in ("success", "failure")} == {
+            k: RELEASES[above]["run_check"][k] for k in ("success", "failure")
+        }
+
+
+@pytest.mark.parametrize("version", READ)
+@pytest.mark.parametrize("device", ["GPU", "CPU"])
+def test_the_real_success_text_is_ok(version, device):
+    texts = RELEASES[version]["run_check"]
+    lines = [render(texts["prints"][0], version, device), render(texts["success"], version, device)]
+    verdict = judge.classify(run_check_output(lines, version), 0, False, {}, device)
+    assert verdict["verdict"] == "OK", (lines, verdict)
+    said = judge.run_check_said("\n".join(lines), device)
+    assert said["said_ok"] and said["on_device"]
+    assert said["platform"] == (device if "get_context" in texts["success"] else None)
+
+
+@pytest.mark.parametrize("version", READ)
+def test_the_real_failure_text_is_failed(version):
+    texts = RELEASES[version]["run_check"]
+    error = "Op Error: Failed to set current device id | Error Number: 0"
+    lines = [render(texts["prints"][0], version, "GPU")] + [render(t, version, "GPU", error) for t in texts["failure"]]
+    assert error in lines  # the exception's own text is printed after the failure line
+    verdict = judge.classify(run_check_output(lines, version), 0, False, {}, "GPU")
+    assert verdict["verdict"] == "FAILED" and "run_check() did not report success" in verdict["explanation"]
+    assert judge.run_check_said("\n".join(lines), "GPU")["said_ok"] is False
+
+
+@pytest.mark.parametrize("version", [v for v in READ if "get_context" in RELEASES[v]["run_check"]["success"]])
+def test_a_2x_success_on_another_platform_is_not_a_gpu_success(version):
+    texts = RELEASES[version]["run_check"]
+    lines = [render(texts["success"], version, "CPU")]
+    verdict = judge.classify(run_check_output(lines, version), 0, False, {}, "GPU")
+    assert verdict["verdict"] == "FAILED"
+    assert "passed on platform [CPU], not on GPU" in verdict["explanation"]
+
+
+def test_the_versions_read_cover_both_forms_of_the_success_text():
+    # 1.x says "installed successfully", 2.x "installed on platform [<device>] successfully": the judge must know both.
+    forms = {RELEASES[v]["run_check"]["success"] for v in READ}
+    assert any("{ms.get_context('device_target')}" in form for form in forms), forms
+    assert any("installed successfully" in form for form in forms), forms
+    assert {t for v in READ for t in RELEASES[v]["run_check"]["failure"]} == {
+        "MindSpore running check failed.",
+        "{str(e)}",
+    }
+
+
+def test_the_data_file_is_what_the_cached_wheel_extracts_say():
+    """Re-derived from .cache/run_check/<version>/ (what `python -m testbed.run_check_texts` extracted from each
+    wheel): no download, a few MB of Python sources parsed."""
+    cached = [v for v in READ if (run_check_texts.EXTRACTS / v / run_check_texts.SOURCE).is_file()]
+    if not cached:
+        pytest.skip(
+            "no wheel extracts in .cache/run_check: `python -m testbed.run_check_texts` downloads the wheels "
+            "(hundreds of MB each, once) and extracts them"
+        )
+    fresh = run_check_texts.rederive(TEXTS)
+    for version in cached:
+        assert fresh["releases"][version] == RELEASES[version], f"{version}: rerun python -m testbed.run_check_texts"
+
+
+def test_ok_with_the_2x_fake_on_gpu_and_cpu():
+    for device in ("GPU", "CPU"):
+        document = judged("ok2", device)
+        assert document["verdict"] == "OK", document
+        assert document["mindspore_version"] == "2.0.0"
+        assert document["run_check"]["said_ok"] is True and document["run_check"]["platform"] == device
+        assert f"installed on platform [{device}] successfully!" in document["run_check"]["output"]
+
+
+def test_2x_without_its_gpu_plugin_names_the_library_the_stacks_cuda_needs():
+    # mindspore 2.0.0 on a host without CUDA (real text): set_context(device_target="GPU") raises, run_check and the
+    # product then pass on the CPU. That must not be OK, and of the plugins' errors the stack CUDA's one counts.
+    document = judged("noplugin2", "GPU", cuda="11.1")
+    assert document["verdict"] == "LIBRARY_MISSING", document
+    assert document["library"] == "libcublas.so.11"
+    assert "libmindspore_gpu.so.11.1" in document["explanation"]
+    assert document["run_check"]["platform"] == "CPU"
+    older = judge.judge(sys.executable, "GPU", 20.0, {"cuda": "10.1"}, env=fake_env("noplugin2"))
+    assert (older["library"], "libmindspore_gpu.so.10.1" in older["explanation"]) == ("libcublas.so.10", True)
+    assert judged("noplugin2", "CPU")["verdict"] == "OK"
+
+
+def test_a_context_error_without_a_library_name_is_failed_not_ok():
+    result = {
+        "imported": True,
+        "mindspore_version": "2.0.0",
+        "mul_ok": True,
+        "mul": [4.0, 10.0, 18.0],
+        "errors": {"context": {"type": "RuntimeError", "message": "Unsupported device target GPU."}},
+    }
+    lines = [
+        "The result of multiplication calculation is correct, MindSpore has been installed on platform [CPU] "
+        "successfully!"
+    ]
+    text = f"{judge.STAGE_MARKER} begin run_check\n{lines[0]}\n{judge.STAGE_MARKER} end run_check\n"
+    verdict = judge.classify(probe_output(json.dumps(result), text), 0, False, {}, "GPU")
+    assert verdict["verdict"] == "FAILED"
+    assert (
+        "set_context(device_target='GPU') raised RuntimeError: Unsupported device target GPU." in verdict["explanation"]
+    )

@@ -415,3 +415,61 @@ def test_bench_passes_the_checkpoint_to_its_child_as_an_absolute_path(tmp_path, 
     assert result["checkpoint"] == seen["checkpoint"]
     bench.run_bench(data=str(tmp_path), quick=True)
     assert seen["checkpoint"] is None
+
+
+# --- the MindSpore names the verification package uses, in every release (real wheels' modules, recorded) ----------
+
+NAMES = json.loads((Path(__file__).resolve().parent / "data" / "run_check_texts.json").read_text())["releases"]
+
+
+def _read_releases(version: str) -> List[str]:
+    """The releases whose wheels were read for ``version``: itself, or PyPI's neighbours of one PyPI lacks."""
+    record = NAMES[version]
+    return [version] if record.get("wheel") else list(record["bracketed_by"])
+
+
+@pytest.mark.parametrize("version", sorted(v for v, r in NAMES.items() if r["catalog"]))
+def test_every_mindspore_name_the_package_uses_exists_in_every_catalog_release(version) -> None:
+    """`ms.set_context(mode=ms.GRAPH_MODE)` is 2.x only: mindspore-gpu 1.5.1's top level has neither (its
+    __init__ exports run_check, common, train and log's __all__); `mindspore.context` has both in every release."""
+    from testbed import run_check_texts
+
+    missing = [
+        f"{ref.file}:{ref.line} {ref.text()} ({why}, mindspore {read})"
+        for read in _read_releases(version)
+        for ref in run_check_texts.references()
+        for found, why in [run_check_texts.check_against(NAMES[read], ref)]
+        if not found
+    ]
+    assert missing == []
+
+
+def test_the_name_check_would_catch_the_2x_only_top_level_context_calls() -> None:
+    from testbed import run_check_texts
+
+    used = run_check_texts.Reference("serving.py", 1, "mindspore", ("set_context",))
+    assert run_check_texts.check_against(NAMES["1.5.1"], used) == (False, "mindspore has no set_context")
+    assert run_check_texts.check_against(NAMES["2.0.0"], used) == (True, "found")
+    for name in ("set_context", "GRAPH_MODE"):
+        assert name in NAMES["1.5.1"]["api"]["mindspore.context"]["names"]
+    serving_refs = {r.text() for r in run_check_texts.references() if r.file == "serving.py"}
+    assert "mindspore.context.set_context" in serving_refs and "mindspore.set_context" not in serving_refs
+
+
+def test_children_get_absolute_paths_when_the_options_are_relative(env, monkeypatch) -> None:
+    # The children run in DIR/../serving-work (Serving writes its logs there): a relative path would point elsewhere.
+    monkeypatch.chdir(env["root"])
+    code, doc = run_cli(
+        env,
+        "--checkpoint",
+        env["checkpoint"].name,
+        "--data",
+        env["data"].name,
+        "--servables",
+        "servables",
+    )
+    assert (code, doc["verdict"]) == (0, "OK"), doc["explanation"]
+    for step, config in (json.loads(line) for line in env["log"].read_text().splitlines()):
+        for key in ("checkpoint", "mindir", "servables", "images_file", "labels_file", "data"):
+            if key in config:
+                assert Path(config[key]).is_absolute(), (step, key, config[key])

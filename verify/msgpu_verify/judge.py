@@ -11,7 +11,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ._proc import ChildResult, find_result, run_child
 
@@ -32,8 +32,23 @@ OLD_DRIVER_PATTERNS = (
     re.compile(r"ret\[35\]"),
     re.compile(r"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"),
 )
-RUN_CHECK_OK = "has been installed successfully"
+# mindspore.run_check()'s own words, read from the real wheels (testbed/run_check_texts.py records them in
+# tests/unit/data/run_check_texts.json, and the unit tests judge every one): 1.5.0, 1.5.1 and 1.10.0 print
+#   "The result of multiplication calculation is correct, MindSpore has been installed successfully!"
+# 2.0.0 (and 2.7.0; 2.2.14's wheel is not on PyPI) name the device it ran on, get_context('device_target'):
+#   "The result of multiplication calculation is correct, MindSpore has been installed on platform [GPU] successfully!"
+# Every release prints "MindSpore running check failed." and the exception's text when the multiplication raises.
+RUN_CHECK_OK = re.compile(r"MindSpore has been installed (?:on platform \[(?P<platform>[^\]\n]*)\] )?successfully")
 RUN_CHECK_FAILED = "MindSpore running check failed"
+# How the 2.x unified wheel says its GPU plugin did not load (set_context(device_target="GPU") raises; measured with
+# mindspore 2.0.0 on a host without CUDA): one line per plugin build, e.g.
+#   "Load dynamic library: libmindspore_gpu.so.11.1 failed. libcublas.so.11: cannot open shared object file: ..."
+GPU_PLUGIN_MISSING = re.compile(
+    r"Load dynamic library: libmindspore_gpu\.so\.(?P<cuda>[\d.]+) failed\. "
+    r"(?P<library>lib[\w.+-]+?\.so(?:\.[\w.]+)?): cannot open shared object file"
+)
+# The other devices' plugins (Ascend) fail to load on every GPU host: their libraries are not missing ones.
+OTHER_PLUGIN = re.compile(r"Load dynamic library: libmindspore_(?!gpu)\w+\.so")
 
 HINTS = {
     "OK": "Nothing to do.",
@@ -88,6 +103,33 @@ def _first(patterns: Sequence[re.Pattern], text: str) -> Optional[str]:
         if match:
             return match.group(0)
     return None
+
+
+def run_check_said(text: str, device: str) -> Dict[str, Any]:
+    """What run_check's output says: success (its success text and not its failure text) and, from 2.0 on, the
+    platform it ran on; ``on_device`` only when that platform (where named) is the judged device."""
+    match = RUN_CHECK_OK.search(text)
+    said_ok = bool(match) and RUN_CHECK_FAILED not in text
+    platform = match.group("platform") if match else None
+    on_device = said_ok and (platform is None or platform.strip().upper() == device.upper())
+    return {"said_ok": said_ok, "platform": platform, "on_device": on_device}
+
+
+def missing_library(text: str, device: str, expected_cuda: Optional[str] = None) -> Optional[Tuple[str, Optional[str]]]:
+    """(the shared library that could not be loaded, the 2.x GPU plugin that needed it or None), or None.
+
+    The 2.x unified wheel tries one GPU plugin per CUDA it was built for (11.6, 11.1, 10.1 in 2.0.0): the one for the
+    stack's CUDA names the library that matters; the Ascend plugins' failures never do on a GPU host.
+    """
+    if device.upper() == "GPU":
+        plugins = list(GPU_PLUGIN_MISSING.finditer(text))
+        if plugins:
+            want = _cuda_major_minor(expected_cuda)
+            chosen = next((m for m in plugins if m.group("cuda") == want), plugins[0])
+            return chosen.group("library"), "libmindspore_gpu.so." + chosen.group("cuda")
+    relevant = "\n".join(line for line in text.splitlines() if not OTHER_PLUGIN.search(line))
+    match = MISSING_LIBRARY.search(relevant)
+    return (match.group(1), None) if match else None
 
 
 def _cuda_major_minor(version: Optional[str]) -> Optional[str]:
@@ -176,30 +218,43 @@ def classify(
             )
         return _verdict("FAILED", f"`import mindspore` failed: {message.strip()}")
 
-    mul_ok = bool(result.get("mul_ok"))
-    failure_text = text if not mul_ok else stage_output(output, "run_check")
-    if not mul_ok:
-        missing = MISSING_LIBRARY.search(text)
+    context_error = errors.get("context")
+    # With 2.x a GPU that cannot be used makes set_context(device_target=...) raise; the multiplication and run_check
+    # then run on the CPU and pass, which proves nothing about the device.
+    on_device = bool(result.get("mul_ok")) and not context_error
+    if on_device:
+        failure_text = stage_output(output, "run_check")
+    else:
+        messages = [str((errors.get(stage) or {}).get("message") or "") for stage in ("context", "mul")]
+        failure_text = "\n".join([text, *messages])
+        missing = missing_library(failure_text, device, expected.get("cuda"))
         if missing:
+            library, plugin = missing
+            needs = f"MindSpore's GPU plugin {plugin}" if plugin else f"computing on {device}"
             return _verdict(
-                "LIBRARY_MISSING",
-                f"MindSpore imports, but computing on {device} needs {missing.group(1)}, which was not found.",
-                missing.group(1),
+                "LIBRARY_MISSING", f"MindSpore imports, but {needs} needs {library}, which was not found.", library
             )
-    old_driver = _first(OLD_DRIVER_PATTERNS, failure_text) if not mul_ok else None
+    old_driver = _first(OLD_DRIVER_PATTERNS, failure_text) if not on_device else None
     problems = _version_problems(result, expected)
     if old_driver:
         problems.insert(0, "the NVIDIA driver is too old for this CUDA runtime (or not loaded): " + old_driver)
     if problems:
         return _verdict("VERSION_MISMATCH", "Version mismatch: " + "; ".join(problems) + ".")
-    if not mul_ok:
+    if not on_device:
         no_gpu = _first(NO_GPU_PATTERNS, failure_text) if device.upper() == "GPU" else None
         if no_gpu:
             return _verdict(
                 "NO_GPU",
                 f"MindSpore and its libraries load, but there is no usable GPU: {no_gpu}.",
             )
-        mul_error = errors.get("mul") or errors.get("context")
+        if context_error:
+            return _verdict(
+                "FAILED",
+                "MindSpore cannot compute on {}: set_context(device_target={!r}) raised {}: {}".format(
+                    device, device, context_error.get("type"), str(context_error.get("message")).strip()[:500]
+                ),
+            )
+        mul_error = errors.get("mul")
         if mul_error:
             return _verdict(
                 "FAILED",
@@ -211,11 +266,17 @@ def classify(
             "FAILED",
             "Multiplying [1,2,3]*[4,5,6] on {} gave {}, not {}.".format(device, result.get("mul"), [4, 10, 18]),
         )
-    run_check_text = stage_output(output, "run_check")
-    if RUN_CHECK_FAILED in run_check_text or "run_check" in errors or RUN_CHECK_OK not in run_check_text:
+    said = run_check_said(stage_output(output, "run_check"), device)
+    if "run_check" in errors or not said["said_ok"]:
         return _verdict(
             "FAILED",
             f"The independent multiplication on {device} is right, but mindspore.run_check() did not report success.",
+        )
+    if not said["on_device"]:
+        return _verdict(
+            "FAILED",
+            f"mindspore.run_check() passed on platform [{said['platform']}], not on {device}: MindSpore is not "
+            f"computing on the {device}.",
         )
     return _verdict(
         "OK",
@@ -254,6 +315,7 @@ def judge(
             result = {}
     libraries = result.get("loaded_libraries") or []
     run_check_text = stage_output(child.output, "run_check")
+    said = run_check_said(run_check_text, device)
     document: Dict[str, Any] = dict(verdict)
     document.update(
         {
@@ -269,7 +331,8 @@ def judge(
             },
             "mindspore_version": result.get("mindspore_version"),
             "run_check": {
-                "said_ok": RUN_CHECK_OK in run_check_text and RUN_CHECK_FAILED not in run_check_text,
+                "said_ok": said["said_ok"],
+                "platform": said["platform"],
                 "output": run_check_text[-8000:],
             },
             "loaded_libraries": [

@@ -198,14 +198,14 @@ def _skip(reason: str) -> Dict[str, Any]:
 
 def step_export(args: argparse.Namespace, run: Callable, versions: Dict[str, Any]) -> Dict[str, Any]:
     """Export when the checkpoint or MindSpore changed since the last export; (re)write the servable config."""
-    checkpoint = Path(args.checkpoint)
+    checkpoint = Path(args.checkpoint).absolute()
     if not checkpoint.is_file():
         return {
             "status": "failed",
             "error": f"--checkpoint {checkpoint} does not exist: run `python -m msgpu_verify bench "
             "--save-checkpoint PATH` first (the role does that when verify_serving is on)",
         }
-    paths = servable_paths(Path(args.servables))
+    paths = servable_paths(Path(args.servables).absolute())
     wanted = {"checkpoint_sha256": sha256_of(checkpoint), "mindspore": versions.get("mindspore")}
     try:
         stamp = json.loads(paths["stamp"].read_text()) if paths["stamp"].is_file() else None
@@ -338,7 +338,8 @@ def not_run_notes(steps: Dict[str, Dict[str, Any]]) -> List[str]:
 
 def run_launcher(args: argparse.Namespace, runner: Optional[Callable] = None) -> Dict[str, Any]:
     started = time.monotonic()
-    servables = Path(args.servables)
+    # The children run in their own working directory (Serving writes logs there): every path they get is absolute.
+    servables = Path(args.servables).absolute()
     run = runner or Runner(args.python, args.timeout, servables.resolve().parent / "serving-work")
     document: Dict[str, Any] = {
         "servable": {
@@ -375,7 +376,7 @@ def run_launcher(args: argparse.Namespace, runner: Optional[Callable] = None) ->
     versions = {key: imported.get(key) for key in ("mindspore", "mindspore_serving", "python")}
     document["versions"] = versions
     document["mindspore_serving_version"] = versions.get("mindspore_serving")
-    data = Path(args.data)
+    data = Path(args.data).absolute()
     order: List[Tuple[str, Callable[[], Dict[str, Any]]]] = [
         ("export", lambda: step_export(args, run, versions)),
         ("config", lambda: run("config", {"servables": str(servables)})),
@@ -428,7 +429,7 @@ def _server_step(
         return {"status": "failed", "error": problem, "address": args.address}
     config = {
         **_data_config(data, args.images),
-        "servables": str(Path(args.servables)),
+        "servables": str(Path(args.servables).absolute()),
         "address": args.address,
         "device_type": "GPU" if args.device == "GPU" else None,
     }
@@ -520,10 +521,12 @@ def child_export(config: Dict[str, Any]) -> Dict[str, Any]:
     """Checkpoint -> MindIR (input float32 (1, 1, 32, 32)), written beside and renamed into place."""
     import mindspore as ms
     import numpy as np
+    from mindspore import context
 
     from .lenet import LeNet5
 
-    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    # mindspore.context: 1.5 has no top-level set_context / GRAPH_MODE (2.x has both, and still this module).
+    context.set_context(mode=context.GRAPH_MODE, device_target="CPU")
     net = LeNet5()
     answer = ms.load_param_into_net(net, ms.load_checkpoint(config["checkpoint"]))
     # 1.5 returns the network's parameters that were not loaded; 2.x (those, the checkpoint's unused ones).
@@ -643,9 +646,9 @@ def child_pipeline(config: Dict[str, Any]) -> Dict[str, Any]:
     """The servable's preprocess -> MindIR (CPU) -> postprocess, per image, as the server would run it."""
     import mindspore as ms
     import numpy as np
-    from mindspore import nn
+    from mindspore import context, nn
 
-    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    context.set_context(mode=context.GRAPH_MODE, device_target="CPU")
     servable = _load_servable_config(config["servables"])
     images, labels = _read_mnist(config)
     graph = nn.GraphCell(ms.load(str(Path(config["servables"]) / SERVABLE / VERSION / MINDIR)))

@@ -1,15 +1,23 @@
 """A tiny stand-in for the parts of MindSpore the judge's probe touches, in several broken ways.
 
-Each variant's ``mindspore/__init__.py`` calls ``install(globals(), "<mode>")``. Modes: ok, wrong,
-nogpu, exit_hang. (hang and missing_lib break at import time in their own __init__.)
+Each variant's ``mindspore/__init__.py`` calls ``install(globals(), "<mode>"[, "<release>"])``. Modes: ok, wrong,
+nogpu, exit_hang, noplugin. (hang and missing_lib break at import time in their own __init__.) The release (1.5.1 by
+default, or 2.0.0) decides what run_check prints: the real wheel's own texts, rendered from the templates that
+testbed/run_check_texts.py read out of it (tests/unit/data/run_check_texts.json), and whether the 2.x top-level
+names (set_context, get_context, GRAPH_MODE) exist.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import threading
 import types
+from pathlib import Path
+
+TEXTS = Path(__file__).resolve().parent.parent / "data" / "run_check_texts.json"
 
 # What real mindspore-gpu 1.5.1 prints without a GPU (captured in the sandbox): the glog lines go to
 # fd 2 from C++, the rest is Python print() output of run_check.
@@ -24,6 +32,43 @@ GLOG_NO_GPU = (
     "[EXCEPTION] DEVICE(16183,7f1a1a853740,python):2026-11-29-19:52:24.375.843 "
     "[mindspore/ccsrc/runtime/device/gpu/gpu_device_manager.cc:27] InitDevice] Op Error: Failed to set current "
     "device id | Error Number: 0\n"
+)
+# What real mindspore 2.0.0 (the unified CPU + GPU wheel) says on a host without CUDA (captured on the controller):
+# at import, run_check/_check_version.py logs these to fd 2; then set_context(device_target="GPU") raises, the context
+# stays on the CPU, and run_check and the multiplication pass there.
+GLOG_NO_PLUGIN = (
+    "[ERROR] ME(5236:139899921234816,MainProcess):2026-12-01-15:41:44.227.645 "
+    "[mindspore/run_check/_check_version.py:218] libcuda.so (need by mindspore-gpu) is not found. Please confirm "
+    "that libmindspore_gpu.so is in directory:/venv/lib/python3.8/site-packages/mindspore/run_check/../lib/plugin "
+    "and the correct cuda version has been installed, you can refer to the installation guidelines: "
+    "https://www.mindspore.cn/install\n"
+    "[ERROR] ME(5236:139899921234816,MainProcess):2026-12-01-15:41:44.227.843 "
+    "[mindspore/run_check/_check_version.py:218] libcudnn.so (need by mindspore-gpu) is not found. Please confirm "
+    "that libmindspore_gpu.so is in directory:/venv/lib/python3.8/site-packages/mindspore/run_check/../lib/plugin "
+    "and the correct cuda version has been installed, you can refer to the installation guidelines: "
+    "https://www.mindspore.cn/install\n"
+)
+UNSUPPORTED_GPU = (
+    "Unsupported device target GPU. This process only supports one of the ['CPU']. Please check whether the GPU "
+    "environment is installed and configured correctly, and check whether current mindspore wheel package was built "
+    'with "-e GPU". For details, please refer to "Device load error message".\n\n'
+    "----------------------------------------------------\n"
+    "- Device load error message:\n"
+    "----------------------------------------------------\n"
+    "Load dynamic library: libmindspore_ascend.so.2 failed. libge_runner.so: cannot open shared object file: No such "
+    "file or directory\n"
+    "Load dynamic library: libmindspore_ascend.so.1 failed. libge_runner.so: cannot open shared object file: No such "
+    "file or directory\n"
+    "Load dynamic library: libmindspore_gpu.so.11.6 failed. libcublas.so.11: cannot open shared object file: No such "
+    "file or directory\n"
+    "Load dynamic library: libmindspore_gpu.so.11.1 failed. libcublas.so.11: cannot open shared object file: No such "
+    "file or directory\n"
+    "Load dynamic library: libmindspore_gpu.so.10.1 failed. libcublas.so.10: cannot open shared object file: No such "
+    "file or directory\n\n"
+    "----------------------------------------------------\n"
+    "- C++ Call Stack: (For framework developers)\n"
+    "----------------------------------------------------\n"
+    "mindspore/core/utils/ms_context.cc:318 SetDeviceTargetFromInner\n"
 )
 INIT_DEVICE_ERROR = (
     "mindspore/ccsrc/runtime/device/gpu/gpu_device_manager.cc:27 InitDevice] Op Error: "
@@ -48,11 +93,30 @@ class Tensor:
         return _Array(self.values)
 
 
-def install(namespace: dict, mode: str) -> None:
-    state = {"device": "GPU"}
+def real_prints(release: str) -> dict:
+    """run_check's print templates as the real wheel of ``release`` has them."""
+    return json.loads(TEXTS.read_text())["releases"][release]["run_check"]
+
+
+def render(template: str, values: dict) -> str:
+    """A template's ``{expression}`` parts replaced by what that expression gives here (a KeyError if unknown)."""
+    return re.sub(r"\{([^{}]+)\}", lambda match: str(values[match.group(1)]), template)
+
+
+def install(namespace: dict, mode: str, release: str = "1.5.1") -> None:
+    two = release.startswith("2.")
+    # 1.5 starts on the GPU target in a GPU build; the 2.x unified wheel on the CPU until set_context says otherwise.
+    state = {"device": "CPU" if two else "GPU"}
+    texts = real_prints(release)
 
     def set_context(**kwargs):
-        state["device"] = kwargs.get("device_target", state["device"])
+        target = kwargs.get("device_target", state["device"])
+        if mode == "noplugin" and target == "GPU":
+            raise RuntimeError(UNSUPPORTED_GPU)
+        state["device"] = target
+
+    def get_context(key):
+        return state["device"] if key == "device_target" else state.get(key)
 
     def fail_without_gpu():
         os.write(2, GLOG_NO_GPU.encode())
@@ -68,24 +132,27 @@ def install(namespace: dict, mode: str) -> None:
             return Tensor(product)
 
     def run_check():
-        print("MindSpore version: ", namespace["__version__"])
+        values = {"ms.__version__": release, "ms.get_context('device_target')": state["device"]}
+        print(render(texts["prints"][0], values))
         try:
             Mul()(Tensor([1.0, 2.0, 3.0]), Tensor([4.0, 5.0, 6.0]))
-            print(
-                "The result of multiplication calculation is correct, MindSpore has been installed successfully!"
-            )
+            print(render(texts["success"], values))
         except Exception as exc:
-            print("MindSpore running check failed.")
-            print(str(exc))
+            for text in texts["failure"]:
+                print(render(text, {**values, "str(e)": str(exc)}))
         sys.stdout.flush()
 
-    namespace["__version__"] = "1.5.1"
+    if mode == "noplugin":
+        os.write(2, GLOG_NO_PLUGIN.encode())
+    namespace["__version__"] = release
     namespace["float32"] = "float32"
     namespace["Tensor"] = Tensor
     namespace["run_check"] = run_check
     namespace["context"] = types.SimpleNamespace(
-        set_context=set_context, GRAPH_MODE=0, PYNATIVE_MODE=1, get_context=lambda key: state.get(key)
+        set_context=set_context, GRAPH_MODE=0, PYNATIVE_MODE=1, get_context=get_context
     )
+    if two:  # 2.x also has them at the top level (1.5 does not: tests/unit/data/run_check_texts.json)
+        namespace.update(set_context=set_context, get_context=get_context, GRAPH_MODE=0, PYNATIVE_MODE=1)
     namespace["ops"] = types.SimpleNamespace(Mul=Mul)
     if mode == "exit_hang":
         # Like MindSpore 1.5's worker threads: a non-daemon thread that never ends blocks interpreter exit.
