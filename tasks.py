@@ -130,8 +130,9 @@ def lint(c: Context) -> None:
 # container, converges again demanding changed=0, and runs the testinfra modules.
 SCENARIOS = {
     "default": "the seed's stack: distro driver with real DKMS (+ a kernel upgrade), CUDA runfile, "
-    "cuDNN and NCCL tarballs (fixtures), OpenMPI, the MindSpore venv, TensorRT's tarball; then the system tests on it",
-    "wheels": "cuDNN 8.5, NCCL 2.14 and TensorRT 8.4 from NVIDIA's real PyPI wheels",
+    "cuDNN and the seed's NCCL 2.8.4 tarballs (fixtures), OpenMPI, the MindSpore venv, TensorRT's tarball; "
+    "then the system tests on it",
+    "wheels": "cuDNN 8.5, NCCL 2.14 (the stacks' default NCCL) and TensorRT 8.4 from NVIDIA's real PyPI wheels",
     "nvidia_repo": "NVIDIA's CUDA apt repository (a signed fixture repo on loopback, signed-by keyring): "
     "cuda-drivers with real DKMS, two cuda-toolkit-11-x side by side, libcudnn8, libnccl2",
     "runfile": "the driver's runfile --silent --dkms (fixture from Ubuntu's real NVIDIA sources and "
@@ -156,6 +157,18 @@ def _wheel_overrides() -> dict:
         version = next(v for v in accepted if "wheel" in catalog[component][v])
         overrides.update({f"stack_{component}_version": version, f"stack_{component}_method": "wheel"})
     return overrides
+
+
+def _seed_nccl() -> dict:
+    """The seed's NCCL, the tarball the default stack accepts (2.8.4; a fixture here). The stack's own
+    default is NCCL's PyPI wheel (the tarball has no public checksum); the wheels scenario runs that."""
+    catalog = _catalog()
+    stack = catalog["stacks"][catalog["default_stack"]]
+    accepted = [stack["nccl"], *stack.get("also_accepts", {}).get("nccl", [])]
+    version = next(
+        v for v in accepted if f"+cuda{stack['cuda']}_" in catalog["nccl"][v].get("tarball", {}).get("file", "")
+    )
+    return {"stack_nccl_version": version, "stack_nccl_method": "tarball"}
 
 
 def _second_cuda() -> list[str]:
@@ -212,6 +225,8 @@ def _sandbox_group_vars(root: Path, mirror_vars: dict) -> dict:
         "ansible_connection": "community.docker.docker",
         "ansible_python_interpreter": "/usr/bin/python3",
         "stack_no_gpu": True,
+        # The seed's NCCL tarball (a fixture) in every scenario but wheels, which runs the default wheel.
+        **_seed_nccl(),
         **mirror_vars,
         "cudnn_expected_version": reports["cudnn_tarball"],
         "nccl_expected_version": reports["nccl_tarball"],

@@ -178,18 +178,18 @@ def test_disk_check_counts_only_the_parts_not_yet_installed(focal_host, inventor
         assert empty.rc != 0
         flat = " ".join(empty.output.split())
         assert f"stack_install_prefix '{prefix}' has" in flat
-        assert "needs 10800 MiB more there (CUDA 11.1, cuDNN 8.0.5, NCCL 2.8.4; 10800 MiB in all)" in flat
+        assert "needs 10800 MiB more there (CUDA 11.1, cuDNN 8.0.5, NCCL 2.14.3; 10800 MiB in all)" in flat
 
         markers = ("cuda-11.1/.msgpu-installed", "cuda-11.1/.msgpu-cudnn")
         assert focal_host.sh(f"mkdir -p {prefix}/cuda-11.1 && cd {prefix} && touch {' '.join(markers)}").returncode == 0
         partial = run_playbook("preflight.yml", inventory_for(focal_host), settings)
         assert partial.rc != 0
-        assert "needs 300 MiB more there (NCCL 2.8.4; 10800 MiB in all)" in " ".join(partial.output.split())
+        assert "needs 300 MiB more there (NCCL 2.14.3; 10800 MiB in all)" in " ".join(partial.output.split())
 
         assert focal_host.sh(f"touch {prefix}/cuda-11.1/.msgpu-nccl").returncode == 0
         complete = run_playbook("preflight.yml", inventory_for(focal_host), settings)
         assert complete.rc == 0, complete.output[-3000:]
-        assert "installed already: CUDA 11.1, cuDNN 8.0.5, NCCL 2.8.4." in " ".join(complete.output.split())
+        assert "installed already: CUDA 11.1, cuDNN 8.0.5, NCCL 2.14.3." in " ".join(complete.output.split())
     finally:
         focal_host.sh(f"rm -rf {prefix}")
 

@@ -25,6 +25,14 @@ RETRIES = 2  # every failing file is asked for 1 + RETRIES times
 RUNFILE = "cuda_11.1.0_455.23.05_linux.run"
 TARBALL = "cudnn-11.1-linux-x64-v8.0.5.39.tgz"
 WHEEL = "mindspore_gpu-1.5.1-cp38-cp38-manylinux1_x86_64.whl"
+NCCL_WHEEL = "nvidia_nccl_cu11-2.14.3-py3-none-manylinux1_x86_64.whl"  # the default stack's NCCL
+
+
+def package_of(wheel: str) -> str:
+    """The PyPI project of one of the default stack's wheels (mindspore_gpu-..., nvidia_nccl_cu11-...)."""
+    return {"mindspore_gpu": "mindspore-gpu", "nvidia_nccl_cu11": "nvidia-nccl-cu11"}[wheel.split("-", 1)[0]]
+
+
 PAYLOADS = {
     RUNFILE: bytes(range(256)) * 1024,  # 256 KiB: big enough that "truncate" cuts real data
     TARBALL: b"cudnn tarball " * 4096,
@@ -497,7 +505,7 @@ def test_downloads_say_where_each_file_comes_from(resolve):
         entry = downloads[artifact["file"]]
         assert (entry["dest"], entry["sha256"]) == (artifact["file"], artifact["sha256"])
         if artifact.get("source") == "pypi":
-            assert (entry["index_url"], entry["package"]) == ("https://pypi.org/simple", "mindspore-gpu")
+            assert (entry["index_url"], entry["package"]) == ("https://pypi.org/simple", package_of(artifact["file"]))
             assert "url" not in entry
         else:
             assert entry["url"] == artifact["url"] and entry["url"].startswith("https://")
@@ -572,7 +580,7 @@ def test_hosts_with_the_same_stack_need_each_file_once(stack_catalog, resolve):
     manifest = stack_catalog.cache_manifest([stack, stack, stack], ["cp38"] * 3, ALL_COMPONENTS)
     dests = [e["dest"] for e in manifest]
     assert dests == sorted(set(dests))
-    assert set(dests) == {RUNFILE, TARBALL, "nccl_2.8.4-1+cuda11.1_x86_64.txz", WHEEL}
+    assert set(dests) == {RUNFILE, TARBALL, NCCL_WHEEL, WHEEL}
 
 
 def test_hosts_with_different_pythons_need_both_wheels(stack_catalog, resolve):
@@ -674,9 +682,11 @@ def test_the_resolved_manifest_fills_the_cache_from_a_mirror(filler, stack_catal
         place.parent.mkdir(parents=True, exist_ok=True)
         place.write_bytes(payloads[artifact["file"]])
     wheels = [a["file"] for a in chosen if a.get("source") == "pypi"]
-    page = root / "pypi" / "mindspore-gpu" / "index.html"
-    page.parent.mkdir(parents=True)
-    page.write_text(pep503_page(*((name, f"../../simple-files/{name}") for name in wheels)))
+    for package in sorted({package_of(name) for name in wheels}):
+        page = root / "pypi" / package / "index.html"
+        page.parent.mkdir(parents=True)
+        listed = [name for name in wheels if package_of(name) == package]
+        page.write_text(pep503_page(*((name, f"../../simple-files/{name}") for name in listed)))
 
     with mirror.serving(root) as served:
         settings = {
@@ -695,7 +705,9 @@ def test_the_resolved_manifest_fills_the_cache_from_a_mirror(filler, stack_catal
     assert sorted(f["file"] for f in filled["fetched"]) == sorted(payloads)
     assert sorted(again["present"]) == sorted(payloads) and again["fetched"] == []
     pages = {path: count for path, count in served.counts.items() if path.endswith("/")}
-    assert pages == {"/pypi/mindspore-gpu/": len(wheels)}  # looked up once per wheel
+    # Each package's page looked up once per wheel of it.
+    projects = [package_of(name) for name in wheels]
+    assert pages == {f"/pypi/{package}/": projects.count(package) for package in set(projects)}
     assert sorted(count for path, count in served.counts.items() if path not in pages) == [1] * len(payloads)
     for artifact in pinned_artifacts(stack):
         if artifact["file"] in payloads:

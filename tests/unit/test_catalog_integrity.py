@@ -142,11 +142,6 @@ def _default_stack_refusals(stack_catalog, catalog):
     return [e for e in result["errors"] if e.startswith("stack_artifact_checksums.")], result["errors"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="nccl_2.8.4-1+cuda11.1_x86_64.txz (the default stack's default NCCL tarball) has no public "
-    "checksum anywhere; the default stack needs another NCCL method or file to resolve unpinned",
-)
 def test_default_stack_resolves_with_no_checksums_from_the_user(stack_catalog, catalog):
     """The default stack with its default methods needs no stack_artifact_checksums at all."""
     _, errors = _default_stack_refusals(stack_catalog, catalog)

@@ -34,7 +34,9 @@ def test_default_stack_is_the_seeds(resolve):
     stack = resolve()["stack"]
     assert stack["mindspore"]["package"] == "mindspore-gpu"
     assert stack["mindspore"]["version"].startswith("1.5.")
-    assert (stack["cuda"]["version"], stack["cudnn"]["version"], stack["nccl"]["version"]) == ("11.1", "8.0.5", "2.8.4")
+    assert (stack["cuda"]["version"], stack["cudnn"]["version"]) == ("11.1", "8.0.5")
+    # NCCL: the PyPI wheel, the one NCCL file with a public checksum (the seed's 2.8.4 tarball has none).
+    assert (stack["nccl"]["version"], stack["nccl"]["method"]) == ("2.14.3", "wheel")
     assert stack["driver"]["branch"] == "470"
     assert stack["driver"]["minimum"] == "450.80.02"
     assert set(stack["mindspore"]["pins"]) == {"numpy<1.24", "pillow<10"}
@@ -72,8 +74,9 @@ def test_checksum_override_is_applied(resolve, pinned):
 def test_unpinned_download_is_refused(stack_catalog, catalog):
     """A file no public source pins (the catalog says why) is refused until the user gives its sha256 or a copy;
     the message gives the command that computes the sum."""
-    errors = stack_catalog.resolve_stack(catalog, {})["errors"]
-    nccl = catalog["nccl"][catalog["stacks"][catalog["default_stack"]]["nccl"]]["tarball"]
+    # The seed's NCCL tarball (the default stack's default is NCCL's PyPI wheel, pinned by PyPI).
+    errors = stack_catalog.resolve_stack(catalog, {"nccl_method": "tarball", "nccl_version": "2.8.4"})["errors"]
+    nccl = catalog["nccl"]["2.8.4"]["tarball"]
     assert nccl["sha256"] is None and nccl["no_public_checksum"], nccl
     refusal = [e for e in errors if e.startswith(f"stack_artifact_checksums.{nccl['file']}: ")]
     assert refusal and "sha256sum" in refusal[0], errors
@@ -190,10 +193,10 @@ def test_serving_enabled_must_be_a_boolean(resolve):
 def test_disk_parts_name_what_goes_under_the_prefix_and_how_to_tell_it_is_there(resolve):
     stack = resolve()["stack"]
     parts = {p["name"]: p for p in stack["disk"]}
-    assert list(parts) == ["CUDA 11.1", "cuDNN 8.0.5", "NCCL 2.8.4"]
+    assert list(parts) == ["CUDA 11.1", "cuDNN 8.0.5", "NCCL 2.14.3"]
     assert parts["CUDA 11.1"]["path"] == "cuda-11.1/.msgpu-installed"
     assert parts["cuDNN 8.0.5"]["path"] == "cuda-11.1/.msgpu-cudnn"
-    assert parts["NCCL 2.8.4"]["path"] == "cuda-11.1/.msgpu-nccl"
+    assert parts["NCCL 2.14.3"]["path"] == "cuda-11.1/.msgpu-nccl"
     assert stack["disk_mb"] == sum(p["mb"] for p in stack["disk"]) == 8000 + 2500 + 300
 
 
@@ -209,10 +212,20 @@ def test_disk_parts_follow_the_install_method(resolve):
     assert parts["TensorRT 7.2.2.3"]["path"] == "TensorRT-7.2.2.3/.msgpu-installed"
 
 
-def test_wheels_go_into_the_virtualenv_and_are_not_counted_under_the_prefix(resolve):
-    stack = resolve(cudnn_version="8.5.0", cudnn_method="wheel", nccl_version="2.14.3", nccl_method="wheel")["stack"]
-    assert [p["name"] for p in stack["disk"]] == ["CUDA 11.1"]
-    assert stack["disk_mb"] == 8000
+def test_cudnn_and_nccl_wheels_count_under_the_prefix_tensorrt_wheels_do_not(resolve, catalog):
+    """The cuda_library role unpacks NVIDIA's cuDNN/NCCL wheels under the CUDA prefix (with the same
+    marker as a tarball); TensorRT's wheel goes into the MindSpore virtualenv."""
+    stack = resolve(
+        cudnn_version="8.5.0",
+        cudnn_method="wheel",
+        tensorrt_enabled=True,
+        tensorrt_method="wheel",
+        tensorrt_version="8.4.1.5",
+    )["stack"]
+    parts = {p["name"]: p for p in stack["disk"]}
+    assert list(parts) == ["CUDA 11.1", "cuDNN 8.5.0", "NCCL 2.14.3"]
+    assert parts["cuDNN 8.5.0"]["path"] == "cuda-11.1/.msgpu-cudnn"
+    assert stack["disk_mb"] == 8000 + catalog["cudnn"]["8.5.0"]["disk_mb"] + catalog["nccl"]["2.14.3"]["disk_mb"]
 
 
 # --- issue 14: versions are strings, no duplicates, nothing the configuration would ignore ------

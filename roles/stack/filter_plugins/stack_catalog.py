@@ -291,7 +291,8 @@ class _Resolver:
         """What the stack puts under stack_install_prefix, part by part, and how the host preflight
         tells that a part is already installed (it then needs no more room): a path under the prefix
         (the role's own install marker, written last) or the Debian packages that carry it. Wheels
-        go into the MindSpore virtualenv, not under the prefix, and are not counted."""
+        go into the MindSpore virtualenv, not under the prefix, and are not counted - except NVIDIA's
+        cuDNN/NCCL wheels, which the cuda_library role unpacks under the CUDA prefix like a tarball."""
         cuda = resolved["cuda"]
 
         def part(name: str, mb: int, marker: str, method_has_marker: bool, artifact: dict[str, Any]) -> dict[str, Any]:
@@ -311,7 +312,7 @@ class _Resolver:
         ]
         for component, display in (("cudnn", "cuDNN"), ("nccl", "NCCL"), ("tensorrt", "TensorRT")):
             entry = resolved[component]
-            if entry.get("enabled") is False or entry.get("method") == "wheel":
+            if entry.get("enabled") is False or (component == "tensorrt" and entry.get("method") == "wheel"):
                 continue
             marker = (
                 f"TensorRT-{entry['version']}/.msgpu-installed"
@@ -323,7 +324,7 @@ class _Resolver:
                     f"{display} {entry['version']}",
                     entry.get("disk_mb", 0),
                     marker,
-                    entry["method"] == "tarball",
+                    entry["method"] in ("tarball", "wheel"),
                     entry["artifact"],
                 )
             )
