@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -71,7 +72,16 @@ def _last_line(path: Path) -> str:
             lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
     except OSError:
         return ""
-    return lines[-1][:150] if lines else ""
+    # profile_tasks prints a date line after each task header: the task's own line says more.
+    lines = [line for line in lines if not _TIMESTAMP.match(line) and set(line) != {"*"}]
+    tasks = [line for line in lines if line.startswith(("TASK [", "PLAY [", "RUNNING HANDLER ["))]
+    last = lines[-1] if lines else ""
+    if tasks and lines and lines[-1].startswith(("ok:", "changed:", "skipping:", "included:")):
+        last = tasks[-1]
+    return last.rstrip(" *")[:150]
+
+
+_TIMESTAMP = re.compile(r"^\w+day \d\d \w+ \d{4}\s+\d\d:\d\d:\d\d")
 
 
 def _tail(path: Path, count: int) -> str:
