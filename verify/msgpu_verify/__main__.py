@@ -1,4 +1,4 @@
-"""Command line: ``python -m msgpu_verify judge|mnist|bench|serving|distributed|report|seed|doctor ...``.
+"""Command line: ``python -m msgpu_verify judge|mnist|bench|serving|distributed|report|seed|doctor|gpu-probe ...``.
 
 verify/README.md describes every command.
 """
@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from . import distributed as distributed_mod
 from . import doctor as doctor_mod
+from . import gpu_probe as gpu_probe_mod
 from . import judge as judge_mod
 from . import mnist as mnist_mod
 from . import serving as serving_mod
@@ -158,6 +159,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_mod.run(args)
 
 
+def cmd_gpu_probe(args: argparse.Namespace) -> int:
+    return gpu_probe_mod.run(args)
+
+
 # Numbers on the command line, refused outside their range (argparse exits 2 with the message); the
 # factory is the Serving check's. A day is the longest any check may take; 0 < x is sys.float_info.min.
 _bounded = serving_mod._bounded
@@ -249,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="read the host's state and explain what keeps MindSpore off the GPU")
     doctor_mod.add_arguments(p)
     p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("gpu-probe", help="libcuda + NVML through ctypes: devices, a PTX kernel on each, one verdict")
+    gpu_probe_mod.add_arguments(p)
+    p.set_defaults(func=cmd_gpu_probe)
 
     sub.add_parser("seed", help="the seed's main.py command line (--data_url=DIR ...) on the fast harness")
     return parser
