@@ -622,6 +622,30 @@ def verify(
 @task(
     help={
         "inventory": "Inventory of real hosts; without it the local sandbox host (./toolkit provision first).",
+        "limit": "Ansible --limit pattern: the lab's first GPU host.",
+        "out": "Folder for the JSON files (default artifacts/verify/gpu-smoke).",
+        "extra": 'Extra ansible-playbook arguments, e.g. "-e verify_warmup_timeout=3600".',
+    }
+)
+def gpu_smoke(c: Context, inventory: str = "", limit: str = "", out: str = "", extra: str = "") -> None:
+    """GPU smoke test: GPU probe, first and second CUDA context (JIT cost, cache), judge, quick bench; one JSON."""
+    folder = Path(out).resolve() if out else RESULTS / "verify" / "gpu-smoke"
+    target = _target_inventory(inventory)
+    extra_vars = {"verify_gpu_smoke_results_dir": str(folder), **({} if inventory else _verify_vars())}
+    _run(c, _playbook_args("playbooks/gpu_smoke.yml", target, limit, extra_vars, extra), what="gpu_smoke.yml")
+    for path in sorted(folder.glob("*.json")):
+        doc = json.loads(path.read_text())
+        jit = doc.get("jit") or {}
+        print(f"{path.stem}: {doc.get('verdict')} {doc.get('explanation')}")
+        if jit:
+            first, second, ratio = jit.get("first_s"), jit.get("second_s"), jit.get("ratio")
+            print(f"  first CUDA context {first} s, second {second} s, ratio {ratio}")
+    print(f"Results: {folder}")
+
+
+@task(
+    help={
+        "inventory": "Inventory of real hosts; without it the local sandbox host (./toolkit provision first).",
         "limit": "Ansible --limit pattern.",
         "device": "GPU or CPU; empty: GPU where the host has one.",
         "out": "Folder for the results (default artifacts/bench).",
@@ -794,3 +818,4 @@ def doctor(c: Context, inventory: str = "", host: str = "", json_: bool = False,
 
 
 namespace.add_task(doctor)
+namespace.add_task(gpu_smoke, name="gpu-smoke")

@@ -74,12 +74,53 @@ def test_report_files_and_table(tmp_path):
     result = run_report(tmp_path)
     assert result.returncode == 0, result.stderr
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "| gpu01 | OK | all good | 25,000.0 | 98.12 % | 2.78 | 1.25 / 2.50 |" in md
+    assert "| gpu01 | OK | all good | - | 25,000.0 | 98.12 % | 2.78 | 1.25 / 2.50 |" in md
     assert "| gpu03 | MISSING |" in md
     assert "no <b>GPU</b> \\| here" in md  # the pipe cannot break the table
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["verdicts"] == {"OK": 1, "NO_GPU": 1, "MISSING": 1}
     assert {row["host"] for row in summary["hosts"]} == {"gpu01", "gpu03", HOSTILE}
+
+
+def test_the_warm_up_has_its_own_column(tmp_path):
+    """msgpu_verify.warmup's time apart from the judge's: seconds, cached, skipped with the reason; a warm-up that
+    hung (the judge is not run after it) is the host's verdict in its own words."""
+    sys.path.insert(0, str(ROOT / "verify"))
+    from msgpu_verify import report
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    warm = {"verdict": "OK", "seconds": 312.4, "explanation": "warmed"}
+    cached = {"verdict": "CACHED", "cached_from": {"seconds": 298.0, "warmed_at": "2026-12-01 10:00 UTC"}}
+    skipped = {"verdict": "SKIPPED", "explanation": "no GPU on this host (stack_no_gpu: true): nothing to compile"}
+    hang = {
+        "verdict": "HANG",
+        "explanation": "First-run kernel compilation (the CUDA driver JIT-compiling MindSpore's PTX for this GPU) "
+        "did not finish within 1800 s (last stage: begin run_check).",
+        "hint": "Run `python -m msgpu_verify warmup --timeout 3600` once",
+    }
+    for name, warmup, judged in (
+        ("gpu01", warm, judge("OK", "all good")),
+        ("gpu02", cached, judge("OK", "all good")),
+        ("cpu01", skipped, judge("NO_GPU", "no GPU")),
+        ("gpu04", hang, None),
+    ):
+        record = {"host": name, "warmup": warmup, "judge": judged, "bench": bench(20000.0, 9000.0) if judged else None}
+        (folder / f"{name}.json").write_text(json.dumps(record))
+    report.write_report(folder, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| warm-up (first CUDA context) |" in md
+    assert "| gpu01 | OK | all good | 312.4 s |" in md
+    assert "| gpu02 | OK | all good | cached (298.0 s on 2026-12-01 10:00 UTC) |" in md
+    assert "| skipped: no GPU on this host (stack_no_gpu: true): nothing to compile |" in md
+    assert "| gpu04 | HANG | First-run kernel compilation (the CUDA driver JIT-compiling" in md
+    assert "- **gpu04** (HANG): Run `python -m msgpu_verify warmup --timeout 3600` once" in md
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<th>warm-up (first CUDA context)</th>" in page and "<td>312.4 s</td>" in page
+    rows = {row["host"]: row for row in json.loads((tmp_path / "out" / "summary.json").read_text())["hosts"]}
+    assert rows["gpu01"]["warmup_s"] == 312.4 and rows["gpu01"]["warmup_verdict"] == "OK"
+    assert rows["gpu02"]["warmup_s"] is None and rows["gpu02"]["warmup_verdict"] == "CACHED"
+    assert rows["gpu04"]["verdict"] == "HANG" and not rows["gpu04"]["passed"]
 
 
 def test_html_is_self_contained_and_escaped(tmp_path):

@@ -1,4 +1,6 @@
-"""Command line: ``python -m msgpu_verify judge|mnist|bench|serving|distributed|report|seed|doctor|gpu-probe ...``.
+"""Command line: ``python -m msgpu_verify <command> ...``.
+
+Commands: judge, warmup, gpu-smoke, mnist, bench, serving, distributed, report, seed, doctor, gpu-probe.
 
 verify/README.md describes every command.
 """
@@ -17,6 +19,8 @@ from . import gpu_probe as gpu_probe_mod
 from . import judge as judge_mod
 from . import mnist as mnist_mod
 from . import serving as serving_mod
+from . import smoke as smoke_mod
+from . import warmup as warmup_mod
 
 
 def write_json(document: Dict[str, Any], path: Optional[str]) -> None:
@@ -39,6 +43,20 @@ def cmd_judge(args: argparse.Namespace) -> int:
     if not args.json:
         print(json.dumps(document, sort_keys=True))
     return judge_mod.exit_code(document, args.accept)
+
+
+def cmd_warmup(args: argparse.Namespace) -> int:
+    no_gpu = "stack_no_gpu: true" if args.no_gpu else None
+    document = warmup_mod.warmup(args.python, args.timeout, root=args.root, no_gpu_reason=no_gpu, force=args.force)
+    write_json(document, args.json)
+    print(warmup_mod.summary_line(document))
+    if not args.json:
+        print(json.dumps(document, sort_keys=True))
+    return warmup_mod.exit_code(document)
+
+
+def cmd_gpu_smoke(args: argparse.Namespace) -> int:
+    return smoke_mod.run(args)
 
 
 def parse_checksums(args: argparse.Namespace) -> Dict[str, str]:
@@ -200,6 +218,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--json")
     p.set_defaults(func=cmd_judge)
+
+    p = sub.add_parser("warmup", help="first CUDA context once per host and user: the kernel JIT, timed, cached")
+    p.add_argument("--timeout", type=_timeout, default=warmup_mod.DEFAULT_TIMEOUT)
+    p.add_argument("--no-gpu", action="store_true", help="the host has no GPU on purpose (stack_no_gpu): skip")
+    p.add_argument("--force", action="store_true", help="warm again even when the marker says it is done")
+    p.add_argument("--root", default="/", help=argparse.SUPPRESS)  # tests: where proc/ and dev/ are
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--json")
+    p.set_defaults(func=cmd_warmup)
+
+    p = sub.add_parser("gpu-smoke", help="GPU probe, first and second CUDA context, judge, quick bench: one JSON")
+    smoke_mod.add_arguments(p, _timeout)
+    p.set_defaults(func=cmd_gpu_smoke)
 
     p = sub.add_parser("mnist", help="prepare DEST/train and DEST/test from a folder or an http(s) URL")
     p.add_argument("--source", required=True)

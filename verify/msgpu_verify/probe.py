@@ -154,13 +154,17 @@ def library_report(path: str) -> Dict[str, Any]:
 
 
 def run_stage(result: Dict[str, Any], name: str, func: Callable[[], Any]) -> Any:
+    """One stage between markers; its seconds go to ``stage_seconds`` (the first GPU stage carries the
+    CUDA context and, on a cold kernel cache, the driver's JIT compilation: msgpu_verify.warmup reads them)."""
     stage("begin " + name)
+    start = time.monotonic()
     try:
         return func()
     except BaseException as exc:
         result.setdefault("errors", {})[name] = error_text(exc)
         return None
     finally:
+        result.setdefault("stage_seconds", {})[name] = round(time.monotonic() - start, 3)
         stage("end " + name)
 
 

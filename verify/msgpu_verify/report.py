@@ -1,9 +1,10 @@
 """Fleet report over host result files: report.md, one self-contained report.html, summary.json.
 
-A host result file is ``{"host": NAME, "stack": {...}, "judge": <judge JSON>, "bench": <bench JSON>}``;
-judge or bench may be missing or null (a host that failed). On top, the fleet section compares the
-hosts: how many are OK, the fleet's median images/s (per training device), each host as a share of it;
-hosts that failed or run below ``slow_below`` of the median come first, with the reason. Then the
+A host result file is ``{"host": NAME, "stack": {...}, "warmup": <warm-up JSON>, "judge": <judge JSON>, "bench":
+<bench JSON>}``; any of them may be missing or null (a host that failed). The warm-up (the first CUDA context and the
+driver's JIT compilation of MindSpore's kernels, msgpu_verify.warmup) has its own column. On top, the fleet
+section compares the hosts: how many are OK, the fleet's median images/s (per training device), each host as a
+share of it; hosts that failed or run below ``slow_below`` of the median come first, with the reason. Then the
 data-parallel check (``distributed.json``, msgpu_verify.distributed) and the MPI smoke test
 (``mpi_smoke.json``: hosts, ranks, sum, seconds, ok) when the results folder has them, and the MindSpore
 Serving check (msgpu_verify.serving) of every host whose result has a "serving" entry. Standard
@@ -54,8 +55,27 @@ def _num(value: Any) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def warmup_text(document: Any) -> str:
+    """The warm-up (msgpu_verify.warmup) in a few words: "312.4 s", "cached (...)", "skipped: <reason>"."""
+    if not isinstance(document, dict) or not document.get("verdict"):
+        return "-"
+    verdict = document["verdict"]
+    if verdict == "OK":
+        return f"{document.get('seconds')} s"
+    if verdict == "CACHED":
+        before = document.get("cached_from") or {}
+        return f"cached ({before.get('seconds')} s on {before.get('warmed_at')})"
+    if verdict == "SKIPPED":
+        return "skipped: " + str(document.get("explanation") or "")
+    return f"{verdict}: {document.get('explanation') or ''}"
+
+
 def host_row(result: Dict[str, Any]) -> Dict[str, Any]:
     judge = result.get("judge") or {}
+    warmup = result.get("warmup") if isinstance(result.get("warmup"), dict) else {}
+    # A warm-up that hung stops the host before the judge (it would hang as well): its words are the verdict.
+    if not judge and warmup.get("verdict") == "HANG":
+        judge = {k: warmup.get(k) for k in ("verdict", "explanation", "hint")}
     bench = result.get("bench") or {}
     steps = bench.get("step_time_ms") or {}
     seed = bench.get("seed") or {}
@@ -89,6 +109,9 @@ def host_row(result: Dict[str, Any]) -> Dict[str, Any]:
         "p95_ms": _num(steps.get("p95")),
         "quick": bool(bench.get("quick")),
         "mindspore_version": judge.get("mindspore_version") or bench.get("mindspore_version"),
+        "warmup": warmup_text(warmup) if warmup else "-",
+        "warmup_verdict": warmup.get("verdict"),
+        "warmup_s": _num(warmup.get("seconds")) if warmup.get("verdict") == "OK" else None,
     }
 
 
@@ -433,15 +456,19 @@ def markdown(title: str, rows: List[Dict[str, Any]], generated: str, fleet: Opti
     if fleet is not None:
         lines += markdown_fleet(fleet)
         lines += ["## Hosts", ""]
-    lines.append("| host | verdict | explanation | images/s | accuracy | ratio vs seed | p50 / p95 step ms |")
-    lines.append("| --- | --- | --- | ---: | ---: | ---: | ---: |")
+    lines.append(
+        "| host | verdict | explanation | warm-up (first CUDA context) | images/s | accuracy | ratio vs seed "
+        "| p50 / p95 step ms |"
+    )
+    lines.append("| --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
     for row in rows:
         quick = " (quick)" if row["quick"] else ""
         lines.append(
-            "| {} | {} | {} | {}{} | {} | {} | {} / {} |".format(
+            "| {} | {} | {} | {} | {}{} | {} | {} | {} / {} |".format(
                 _md_cell(row["host"]),
                 _md_cell(row["verdict"]),
                 _md_cell(row["explanation"]),
+                _md_cell(row.get("warmup", "-")),
                 _fmt(row["images_per_s"]),
                 quick,
                 _fmt(row["accuracy"], percent=True),
@@ -613,8 +640,8 @@ def html_page(
     if fleet is not None:
         body += html_fleet(fleet)
     body.append(
-        "<table><tr><th>host</th><th>verdict</th><th>explanation</th><th>images/s</th><th>accuracy</th>"
-        "<th>ratio vs seed</th><th>p50 / p95 step ms</th></tr>"
+        "<table><tr><th>host</th><th>verdict</th><th>explanation</th><th>warm-up (first CUDA context)</th>"
+        "<th>images/s</th><th>accuracy</th><th>ratio vs seed</th><th>p50 / p95 step ms</th></tr>"
     )
     for row in rows:
         colour = VERDICT_COLOURS.get(row["verdict"], "#d62728")
@@ -622,13 +649,14 @@ def html_page(
         quick = " (quick)" if row["quick"] else ""
         body.append(
             '<tr><td>{}</td><td><span class="verdict" style="background:{}">{}</span></td><td>{}{}</td>'
-            '<td class="n">{}{}</td><td class="n">{}</td><td class="n">{}</td>'
+            '<td>{}</td><td class="n">{}{}</td><td class="n">{}</td><td class="n">{}</td>'
             '<td class="n">{} / {}</td></tr>'.format(
                 _e(row["host"]),
                 colour,
                 _e(row["verdict"]),
                 _e(row["explanation"]),
                 hint,
+                _e(row.get("warmup", "-")),
                 _e(_fmt(row["images_per_s"])),
                 _e(quick),
                 _e(_fmt(row["accuracy"], percent=True)),

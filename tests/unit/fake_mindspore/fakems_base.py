@@ -1,7 +1,10 @@
 """A tiny stand-in for the parts of MindSpore the judge's probe touches, in several broken ways.
 
 Each variant's ``mindspore/__init__.py`` calls ``install(globals(), "<mode>"[, "<release>"])``. Modes: ok, wrong,
-nogpu, exit_hang, noplugin. (hang and missing_lib break at import time in their own __init__.) The release (1.5.1 by
+nogpu, exit_hang, noplugin, jit (the first GPU operation of a process "JIT-compiles": it sleeps MSGPU_FAKE_JIT_S
+seconds, 1 by default, unless the kernel cache folder - CUDA_CACHE_PATH, else ~/.nv/ComputeCache - already holds
+what it "compiled", which it then writes there; a large MSGPU_FAKE_JIT_S is a compilation that never ends).
+(hang and missing_lib break at import time in their own __init__.) The release (1.5.1 by
 default, or 2.0.0) decides what run_check prints: the real wheel's own texts, rendered from the templates that
 testbed/run_check_texts.py read out of it (tests/unit/data/run_check_texts.json), and whether the 2.x top-level
 names (set_context, get_context, GRAPH_MODE) exist.
@@ -14,6 +17,7 @@ import os
 import re
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -118,6 +122,19 @@ def install(namespace: dict, mode: str, release: str = "1.5.1") -> None:
     def get_context(key):
         return state["device"] if key == "device_target" else state.get(key)
 
+    def jit_once():
+        if state.get("jitted"):
+            return
+        state["jitted"] = True
+        home = os.environ.get("HOME") or os.path.expanduser("~")
+        cache = Path(os.environ.get("CUDA_CACHE_PATH") or os.path.join(home, ".nv", "ComputeCache"))
+        compiled = cache / "fake-jit-sm86.bin"
+        if os.environ.get("CUDA_CACHE_DISABLE") == "1" or not compiled.exists():
+            time.sleep(float(os.environ.get("MSGPU_FAKE_JIT_S", "1")))
+            if os.environ.get("CUDA_CACHE_DISABLE") != "1":
+                cache.mkdir(parents=True, exist_ok=True)
+                compiled.write_bytes(b"sass")
+
     def fail_without_gpu():
         os.write(2, GLOG_NO_GPU.encode())
         raise RuntimeError(INIT_DEVICE_ERROR)
@@ -126,6 +143,8 @@ def install(namespace: dict, mode: str, release: str = "1.5.1") -> None:
         def __call__(self, x, y):
             if mode == "nogpu" and state["device"] == "GPU":
                 fail_without_gpu()
+            if mode == "jit" and state["device"] == "GPU":
+                jit_once()
             product = [a * b for a, b in zip(x.values, y.values)]
             if mode == "wrong":
                 product[-1] += 1.0
