@@ -22,6 +22,7 @@ import tarfile
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -263,15 +264,27 @@ def host_running(name: str) -> bool:
 
 
 def write_inventory(
-    path: Path, hosts: list[str], group_vars: dict | None = None, host_vars: dict[str, dict] | None = None
+    path: Path,
+    hosts: list[str],
+    group_vars: dict | None = None,
+    host_vars: dict[str, dict] | None = None,
+    down: Iterable[str] = (),
 ) -> Path:
     """An Ansible inventory that reaches the containers through the docker connection (`host_vars`:
-    settings of single hosts, over the group's)."""
+    settings of single hosts, over the group's).
+
+    `down`: hosts whose container a test stopped or never started (a powered-off server). They get no
+    pipelining: with it, the docker connection plugin reports the missing container as a failed task,
+    where SSH - the real fleets' connection - and the plugin without pipelining say unreachable."""
+    off = set(down)
     inventory = {
         "all": {
             "children": {
                 "gpu_servers": {
-                    "hosts": {h: (host_vars or {}).get(h, {}) for h in hosts},
+                    "hosts": {
+                        h: {**({"ansible_pipelining": False} if h in off else {}), **(host_vars or {}).get(h, {})}
+                        for h in hosts
+                    },
                     "vars": {
                         "ansible_connection": "community.docker.docker",
                         "ansible_python_interpreter": "/usr/bin/python3",

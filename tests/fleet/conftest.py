@@ -58,7 +58,7 @@ class Fleet:
     def inventory(self, hosts: list[str] | None = None, **extra_vars) -> Path:
         chosen = hosts or self.hosts
         path = self.folder / f"inventory-{len(chosen)}-{abs(hash((tuple(chosen), repr(extra_vars))))}.yml"
-        return sandbox.write_inventory(path, chosen, {**self.group_vars, **extra_vars})
+        return sandbox.write_inventory(path, chosen, {**self.group_vars, **extra_vars}, down=self.stopped)
 
     def playbook(
         self, playbook: str, inventory: Path, extra_vars: dict | None = None, args: list[str] | None = None

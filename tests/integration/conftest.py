@@ -87,13 +87,15 @@ def inventory_for(tmp_path: Path, catalog):
     """An inventory for `hosts`; NVIDIA's unpinned files get stand-in checksums (preflight
     only checks their form, these tests download nothing)."""
 
-    def make(*hosts: Host, group_vars: dict | None = None) -> Path:
+    def make(*hosts: Host, group_vars: dict | None = None, down: tuple[Host, ...] = ()) -> Path:
         pinned = {
             "stack_artifact_checksums": {name: "ab" * 32 for name in unpinned_files(catalog)},
             # Stand-in checksums cannot be fetched into the controller's cache: downloads stay per host.
             "stack_artifact_cache_dir": "",
         }
         names = [h.name for h in hosts]
-        return sandbox.write_inventory(tmp_path / "inventory.yml", names, {**pinned, **(group_vars or {})})
+        return sandbox.write_inventory(
+            tmp_path / "inventory.yml", names, {**pinned, **(group_vars or {})}, down=[h.name for h in down]
+        )
 
     return make
