@@ -149,6 +149,8 @@ class Runner:
                         failed = f"{step.name} (exit {code})"
                         break
             finally:
+                # Cleanup sees what the steps saw (molecule needs the scenario's image variables).
+                cleanup_env = {**self.base_env, **{k: v for step in stage.steps for k, v in step.env.items()}}
                 for command in stage.cleanup:
                     out.write(f"\n### cleanup: {command}\n")
                     out.flush()
@@ -156,7 +158,7 @@ class Runner:
                         command,
                         shell=True,
                         cwd=self.root,
-                        env=self.base_env,
+                        env=cleanup_env,
                         stdout=out,
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
