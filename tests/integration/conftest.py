@@ -16,18 +16,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from testbed import sandbox  # noqa: E402
+from testbed import fingerprint, sandbox  # noqa: E402
 from tests.conftest import unpinned_files  # noqa: E402
 
-# Paths that Ansible's own machinery or the kernel touch on every run; a toolkit change
-# anywhere else shows up in the fingerprint.
-FINGERPRINT = r"""
-set -e
-dpkg-query -W -f '${Package} ${Version} ${Status}\n' | sha256sum
-find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /tmp -o -path /run \
-  -o -path /root/.ansible -o -path /msgpu-marker -o -name __pycache__ \) -prune \
-  -o -newer /msgpu-marker ! -path /root -print | sort
-"""
+# The host's state (packages, users, units, every file changed since the marker that _start touches,
+# large files left in /tmp and /run): testbed/fingerprint.py, which says what it leaves out and why.
+FINGERPRINT = fingerprint.script(marker="/msgpu-marker")
 
 
 @dataclass

@@ -19,6 +19,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from testbed import fingerprint
 from tests.serving.conftest import (
     PROVISION_TAGS,
     SERVING,
@@ -41,13 +42,13 @@ WORK_DIR = "/var/lib/msgpu/serving"
 TEST_GRPC = "127.0.0.1:15500"
 TEST_REST = "127.0.0.1:15501"
 # Paths Ansible, apt's lists and the kernel touch on any run; a change anywhere else is the role's.
-FINGERPRINT = r"""
-set -e
-dpkg-query -W -f '${Package} ${Version} ${Status}\n' | sha256sum
-find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /tmp -o -path /run -o -path /var/lib/apt/lists \
-  -o -path /var/cache/apt -o -name .ansible -o -path /serving-marker -o -name __pycache__ \) -prune \
-  -o -newer /serving-marker -print | sort
-"""
+# What the refusals must leave unchanged (testbed/fingerprint.py: state, not only mtimes); the apt lists and
+# cache are metadata a refused run may refresh.
+FINGERPRINT = fingerprint.script(
+    marker="/serving-marker",
+    prune=(*fingerprint.PRUNE, "/var/lib/apt/lists", "/var/cache/apt"),
+    prune_names=(*fingerprint.PRUNE_NAMES, ".ansible"),
+)
 
 
 def in_env(host: ServingHost, script: str, timeout: float = 300) -> subprocess.CompletedProcess:
