@@ -110,5 +110,11 @@ def test_a_refused_bench_runs_nothing(monkeypatch, capsys):
     assert "--epochs '0': allowed is a whole number from 1 to 1000" in capsys.readouterr().err
 
 
-def test_the_bounds_use_the_serving_checks_factory():
-    assert cli._bounded is serving._bounded
+def test_every_command_bounds_its_numbers_one_way():
+    """One factory (msgpu_verify._args.bounded) for the CLI, MNIST, Serving and the data-parallel check."""
+    from msgpu_verify import _args, distributed, mnist
+
+    assert cli._bounded is _args.bounded
+    for module in (serving, mnist, distributed):
+        assert module.bounded is _args.bounded, module.__name__
+        assert not hasattr(module, "_bounded"), module.__name__

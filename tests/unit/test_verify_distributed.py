@@ -278,7 +278,7 @@ def test_the_held_out_accuracy_threshold(bed, accuracy, extra, verdict):
 def test_min_accuracy_must_be_a_fraction(bed):
     result, doc = launch(bed, extra=["--min-accuracy", "90"])
     assert result.returncode == 2 and doc is None
-    assert "'90': must be a fraction from 0 to 1" in result.stderr
+    assert "--min-accuracy '90': allowed is a fraction from 0 to 1" in result.stderr
 
 
 # CPU runs of the worker's training code (testbed/dist_plateau.py, mindspore 2.0.0): 1, 2, 4 and 8 ranks, seeds 1-3,
@@ -424,7 +424,7 @@ def test_missing_mpirun_fails_clearly(bed):
 def test_worker_arguments_are_checked():
     command = [sys.executable, "-m", "msgpu_verify", "distributed-worker", "--data", "/x", "--steps", "0"]
     result = subprocess.run(command, capture_output=True, text=True, env={"PYTHONPATH": str(VERIFY)}, timeout=30)
-    assert result.returncode == 2 and "'0': must be a whole number >= 1" in result.stderr
+    assert result.returncode == 2 and "--steps '0': allowed is a whole number from 1 to 1000000" in result.stderr
 
 
 def test_worker_without_mindspore_reports_its_error_line():
@@ -444,3 +444,24 @@ def test_worker_without_mindspore_reports_its_error_line():
     line = ranks[3]
     assert line["size"] == 4 and line["device_id"] == 1 and line["gpu"] == "1" and line["steps"] == 0
     assert "ModuleNotFoundError" in line["error"] and "mindspore" in line["error"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "allowed"),
+    [
+        ("--batch-size", "-32", "a whole number from 1 to 60000"),
+        ("--lr", "0", "a learning rate, 0 < x <= 10"),
+        ("--momentum", "1.5", "a fraction from 0 to 1"),
+        ("--timeout", "0", "a number of seconds from 1 to 86400"),
+        ("--gpus", "-1", "a whole number from 0 to 1024"),
+        ("--sample-interval", "0", "a number of seconds from 0.05 to 3600"),
+    ],
+)
+def test_out_of_range_numbers_are_refused(flag, value, allowed, tmp_path):
+    """Exit 2 naming the flag, the value and what is allowed, before anything runs."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=1\n")
+    command = [sys.executable, "-m", "msgpu_verify", "distributed", "--hostfile", str(hostfile), f"{flag}={value}"]
+    result = subprocess.run(command, capture_output=True, text=True, env={"PYTHONPATH": str(VERIFY)}, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert f"{flag} '{value}': allowed is {allowed}" in result.stderr

@@ -21,6 +21,7 @@ from . import mnist as mnist_mod
 from . import serving as serving_mod
 from . import smoke as smoke_mod
 from . import warmup as warmup_mod
+from ._args import bounded
 
 
 def write_json(document: Dict[str, Any], path: Optional[str]) -> None:
@@ -182,8 +183,9 @@ def cmd_gpu_probe(args: argparse.Namespace) -> int:
 
 
 # Numbers on the command line, refused outside their range (argparse exits 2 with the message); the
-# factory is the Serving check's. A day is the longest any check may take; 0 < x is sys.float_info.min.
-_bounded = serving_mod._bounded
+# factory is msgpu_verify._args's, shared by every command. A day is the longest any check may take;
+# 0 < x is sys.float_info.min.
+_bounded = bounded
 _POSITIVE = sys.float_info.min
 _DAY = 86400.0
 _timeout = _bounded("--timeout", float, 1, _DAY, "a number of seconds from 1 to 86400")

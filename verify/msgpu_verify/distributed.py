@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from ._args import bounded
 from ._proc import ChildResult, run_child
 
 RANK_MARKER = "@@MSGPU_DIST_RANK@@"
@@ -577,14 +578,14 @@ def _training_arguments(parser: argparse.ArgumentParser) -> None:
     """What every rank trains with: the same for the launcher and its workers."""
     parser.add_argument(
         "--steps",
-        type=_positive,
+        type=_steps,
         default=DEFAULT_STEPS,
         help=f"training steps of every rank (default {DEFAULT_STEPS}: twice the end of the loss plateau)",
     )
-    parser.add_argument("--batch-size", type=_positive, default=32)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--batch-size", type=_batch_size, default=32)
+    parser.add_argument("--lr", type=_lr, default=0.01)
+    parser.add_argument("--momentum", type=_momentum, default=0.9)
+    parser.add_argument("--seed", type=_seed, default=1)
     parser.add_argument("--device", default="GPU", choices=["GPU"])
 
 
@@ -593,7 +594,7 @@ def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mpirun", default="mpirun")
     parser.add_argument("--data", default="", help="prepared MNIST folder (train/ and test/), the same on every host")
     _training_arguments(parser)
-    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--timeout", type=_timeout, default=600.0)
     parser.add_argument(
         "--min-accuracy",
         type=_fraction,
@@ -601,9 +602,9 @@ def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"lowest accepted accuracy of every rank's trained model on its held-out test shard "
         f"(default {MIN_HELDOUT_ACCURACY}; chance is {CHANCE})",
     )
-    parser.add_argument("--gpus", type=int, help="GPU count of this host instead of asking nvidia-smi -L (tests)")
+    parser.add_argument("--gpus", type=_gpus, help="GPU count of this host instead of asking nvidia-smi -L (tests)")
     parser.add_argument("--nvidia-smi", default="nvidia-smi", help="'' turns the per-GPU process sampling off")
-    parser.add_argument("--sample-interval", type=float, default=1.0)
+    parser.add_argument("--sample-interval", type=_interval, default=1.0)
     parser.add_argument("-x", "--export", action="append", metavar="VAR", help="environment variable for every rank")
     parser.add_argument("--mpirun-arg", action="append", help="extra mpirun argument (repeatable)")
     parser.add_argument("--python", default=sys.executable, help="the ranks' Python (the MindSpore venv's)")
@@ -611,21 +612,15 @@ def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json")
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a fraction from 0 to 1") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a fraction from 0 to 1")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number >= 1")
-    return value
+_fraction = bounded("--min-accuracy", float, 0.0, 1.0, "a fraction from 0 to 1")
+_steps = bounded("--steps", int, 1, 1_000_000, "a whole number from 1 to 1000000")
+_batch_size = bounded("--batch-size", int, 1, 60000, "a whole number from 1 to 60000 (the MNIST training images)")
+_lr = bounded("--lr", float, 1e-12, 10.0, "a learning rate, 0 < x <= 10")
+_momentum = bounded("--momentum", float, 0.0, 1.0, "a fraction from 0 to 1")
+_seed = bounded("--seed", int, 0, 2**32 - 1, "a whole number from 0 to 4294967295")
+_timeout = bounded("--timeout", float, 1, 86400, "a number of seconds from 1 to 86400")
+_gpus = bounded("--gpus", int, 0, 1024, "a whole number from 0 to 1024")
+_interval = bounded("--sample-interval", float, 0.05, 3600, "a number of seconds from 0.05 to 3600")
 
 
 # ----------------------------------------------------------------------------------------------- worker

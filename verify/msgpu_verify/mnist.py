@@ -43,6 +43,8 @@ import urllib.request
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from ._args import bounded
+
 # name -> (subfolder, IDX magic, item count, bytes per item)
 FILES: Dict[str, Tuple[str, int, int, int]] = {
     "train-images-idx3-ubyte": ("train", 0x00000803, 60000, 28 * 28),
@@ -541,21 +543,6 @@ def checksums_from(sha256_files: List[str], items: List[str]) -> Dict[str, str]:
     return sums
 
 
-def _bounded(flag: str, kind: type, low: float, high: float):
-    """An argparse type: ``kind`` within [low, high], else argparse's exit 2 naming the flag."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: allowed is {kind.__name__} from {low:g} to {high:g}")
-        return value
-
-    return parse
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m msgpu_verify.mnist", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -575,17 +562,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--sha256", action="append", default=[], metavar="NAME=HEX")
     parser.add_argument("--ca-bundle")
     parser.add_argument(
-        "--timeout", type=_bounded("--timeout", float, 1, 86400), default=60.0, help="seconds a transfer may stall"
+        "--timeout", type=bounded("--timeout", float, 1, 86400), default=60.0, help="seconds a transfer may stall"
     )
     parser.add_argument(
         "--connect-timeout",
-        type=_bounded("--connect-timeout", float, 1, 600),
+        type=bounded("--connect-timeout", float, 1, 600),
         default=15.0,
         help="seconds to open a connection",
     )
     parser.add_argument(
         "--retries",
-        type=_bounded("--retries", int, 0, 100),
+        type=bounded("--retries", int, 0, 100),
         default=3,
         help="tries of a transfer that breaks off (0: one try)",
     )

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ._args import bounded
 from ._proc import RESULT_MARKER, find_result, run_child, strip_markers
 
 SERVABLE = "lenet5"
@@ -445,24 +446,9 @@ def summary_line(document: Dict[str, Any]) -> str:
     return f"serving: {document['verdict']} - {document['explanation']} [{timing}]"
 
 
-def _bounded(flag: str, kind: type, low: float, high: float, allowed: str) -> Callable[[str], Any]:
-    """An argparse type: `kind` of the text, refused with `allowed` outside [low, high]."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: allowed is {allowed}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: allowed is {allowed}")
-        return value
-
-    return parse
-
-
-_images = _bounded("--images", int, 1, MAX_IMAGES, f"a whole number from 1 to {MAX_IMAGES}")
-_seconds = _bounded("--timeout", float, 5, float("inf"), "a number of seconds >= 5")
-_share = _bounded("--min-accuracy", float, 0.0, 1.0, "a fraction from 0 to 1")
+_images = bounded("--images", int, 1, MAX_IMAGES, f"a whole number from 1 to {MAX_IMAGES}")
+_seconds = bounded("--timeout", float, 5, float("inf"), "a number of seconds >= 5")
+_share = bounded("--min-accuracy", float, 0.0, 1.0, "a fraction from 0 to 1")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
