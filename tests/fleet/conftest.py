@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 import tasks  # noqa: E402
 from testbed import fixtures, mirror, sandbox  # noqa: E402

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from testbed import fleet as testbed_fleet  # noqa: E402
 from testbed import sandbox  # noqa: E402

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from testbed import fingerprint, sandbox  # noqa: E402
 from tests.conftest import unpinned_files  # noqa: E402

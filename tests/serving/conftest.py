@@ -23,7 +23,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from testbed import sandbox  # noqa: E402
 from tests.conftest import unpinned_files  # noqa: E402

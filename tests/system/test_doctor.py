@@ -32,7 +32,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from testbed import sandbox  # noqa: E402
 from tests.unit.test_verify_doctor import NVIDIA_SMI_Q_OFF  # noqa: E402  (a real `nvidia-smi -q`)

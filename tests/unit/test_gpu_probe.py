@@ -21,7 +21,6 @@ import pytest
 from tests.conftest import ROOT
 
 VERIFY = ROOT / "verify"
-sys.path.insert(0, str(VERIFY))
 
 from msgpu_verify import gpu_probe  # noqa: E402
 

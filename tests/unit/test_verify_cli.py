@@ -5,14 +5,7 @@ Before, ``bench --epochs 0`` or a negative batch size trained nothing, exited 0 
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "verify"))
-
 from msgpu_verify import __main__ as cli
 from msgpu_verify import serving
 

@@ -25,7 +25,6 @@ from tests.conftest import ROOT
 
 VERIFY = ROOT / "verify"
 FAKE_WORKER = Path(__file__).resolve().parent / "fake_dist_worker.py"
-sys.path.insert(0, str(VERIFY))
 
 from msgpu_verify import distributed  # noqa: E402
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -19,7 +18,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "verify"))
 
 from msgpu_verify import doctor  # noqa: E402
 from msgpu_verify.__main__ import main as cli_main  # noqa: E402

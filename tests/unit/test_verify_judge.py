@@ -16,7 +16,6 @@ from tests.conftest import ROOT
 
 VERIFY = ROOT / "verify"
 FAKES = Path(__file__).resolve().parent / "fake_mindspore"
-sys.path.insert(0, str(VERIFY))
 
 from msgpu_verify import judge  # noqa: E402
 from msgpu_verify._proc import RESULT_MARKER, run_child  # noqa: E402

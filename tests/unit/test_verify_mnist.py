@@ -26,12 +26,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from msgpu_verify import mnist
 
 from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "verify"))
-
-from msgpu_verify import mnist
 
 # The copy inside this repository: what the unit tests read, and the catalog's last MNIST source.
 DATA = ROOT / "data" / "mnist"

@@ -85,7 +85,6 @@ def test_report_files_and_table(tmp_path):
 def test_the_warm_up_has_its_own_column(tmp_path):
     """msgpu_verify.warmup's time apart from the judge's: seconds, cached, skipped with the reason; a warm-up that
     hung (the judge is not run after it) is the host's verdict in its own words."""
-    sys.path.insert(0, str(ROOT / "verify"))
     from msgpu_verify import report
 
     folder = tmp_path / "in"
@@ -148,7 +147,6 @@ def test_html_is_self_contained_and_escaped(tmp_path):
 
 
 def test_headline_is_the_median_of_epochs_after_the_first():
-    sys.path.insert(0, str(ROOT / "verify"))
     from msgpu_verify import bench
 
     epochs = [
@@ -188,7 +186,6 @@ def test_bench_cli_reports_a_data_problem_as_json(tmp_path):
 
 
 def test_a_judge_left_out_on_purpose_is_not_run_not_missing():
-    sys.path.insert(0, str(ROOT / "verify"))
     from msgpu_verify import report
 
     row = report.host_row(
@@ -339,7 +336,6 @@ def test_no_fleet_files_and_unreadable_ones(tmp_path):
     hosts = write_fleet(tmp_path / "verify")
     (tmp_path / "verify" / "distributed.json").unlink()
     (tmp_path / "verify" / "mpi_smoke.json").write_text("{not json")
-    sys.path.insert(0, str(ROOT / "verify"))
     from msgpu_verify import report
 
     report.write_report(hosts, tmp_path / "out")
@@ -352,7 +348,6 @@ def test_no_fleet_files_and_unreadable_ones(tmp_path):
 
 
 def test_accepted_no_gpu_host_is_ok_in_the_fleet():
-    sys.path.insert(0, str(ROOT / "verify"))
     from msgpu_verify import report
 
     sandbox = {

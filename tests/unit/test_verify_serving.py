@@ -18,11 +18,6 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
-
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "verify"))
-
 from msgpu_verify import report, serving
 from msgpu_verify.__main__ import main
 

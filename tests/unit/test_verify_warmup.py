@@ -24,7 +24,6 @@ from tests.conftest import ROOT
 VERIFY = ROOT / "verify"
 FAKES = Path(__file__).resolve().parent / "fake_mindspore"
 STUBS = Path(__file__).resolve().parent / "stub_cuda"
-sys.path.insert(0, str(VERIFY))
 
 from msgpu_verify import smoke, warmup  # noqa: E402
 
