@@ -78,9 +78,20 @@ def under_root(path):
 
 PRUNED = {under_root(x) for x in a.prune} | {MARKER}
 NAMES = set(a.prune_name)
-# A pruned path's parent is always listed, with its entries less the pruned ones: what the pruned
-# trees do to it (created once, by Ansible's first connection) must not make it appear.
-ALWAYS = {ROOT} | {os.path.dirname(x) for x in PRUNED if x != ROOT and os.path.commonpath([ROOT, x]) == ROOT}
+# A pruned path's ancestors are always listed, with their entries less the pruned ones: what the
+# pruned trees do to them (created once, by Ansible's first connection; on overlayfs, a write below
+# copies every ancestor up and gives it a new ctime) must not make them appear.
+
+
+def ancestors(path):
+    found = set()
+    while path != ROOT and os.path.commonpath([ROOT, path]) == ROOT:
+        path = os.path.dirname(path)
+        found.add(path)
+    return found
+
+
+ALWAYS = {ROOT}.union(*(ancestors(x) for x in PRUNED))
 
 
 def sha(data):

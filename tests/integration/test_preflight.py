@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import tasks
-from testbed import sandbox
+from testbed import fingerprint, sandbox
 from tests.conftest import RESOLVER_REFUSALS, ROOT, unpinned_files
 
 from .conftest import Host, run_playbook
@@ -39,8 +39,14 @@ def test_good_configuration_passes_and_changes_nothing(focal_host, inventory_for
 APT_METADATA = ("/var/lib/apt/lists", "/var/cache/apt", "/var/log/apt", "/root/.ansible_async")
 
 
-def _without_apt_metadata(fingerprint: str) -> list[str]:
-    return [line for line in fingerprint.splitlines() if not line.startswith(APT_METADATA)]
+# apt's metadata is pruned from the walk (its parents are listed either way, as for Ansible's own folders).
+CHECK_FINGERPRINT = fingerprint.script(marker="/msgpu-marker", prune=(*fingerprint.PRUNE, *APT_METADATA))
+
+
+def _without_apt_metadata(host: Host) -> list[str]:
+    result = host.sh(CHECK_FINGERPRINT)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
 
 
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=\d+\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
@@ -56,7 +62,7 @@ def check_mode_run(tmp_path_factory, catalog):
         for host in hosts.values():
             sandbox.start_host(host.name)
             assert host.sh("touch /msgpu-marker").returncode == 0
-        before = {scenario: _without_apt_metadata(host.fingerprint()) for scenario, host in hosts.items()}
+        before = {scenario: _without_apt_metadata(host) for scenario, host in hosts.items()}
         inventory = sandbox.write_inventory(
             tmp_path_factory.mktemp("check-mode") / "inventory.yml",
             [host.name for host in hosts.values()],
@@ -67,7 +73,7 @@ def check_mode_run(tmp_path_factory, catalog):
             host_vars={host.name: tasks.SCENARIO_VARS[scenario] for scenario, host in hosts.items()},
         )
         result = run_playbook("site.yml", inventory, args=["--check", "--diff"])
-        after = {scenario: _without_apt_metadata(host.fingerprint()) for scenario, host in hosts.items()}
+        after = {scenario: _without_apt_metadata(host) for scenario, host in hosts.items()}
         yield hosts, before, result, after
     finally:
         for host in hosts.values():
