@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+import tasks
 from tests.integration.conftest import FINGERPRINT
 
 from .conftest import RECAP, ROOT, Fleet
@@ -17,11 +18,12 @@ from .conftest import RECAP, ROOT, Fleet
 CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
 STACK = CATALOG["stacks"][CATALOG["default_stack"]]
 CUDA = STACK["cuda"]
-# The NVIDIA files of the default stack's methods, as paths on the (fixture) mirror.
+# The NVIDIA files of the default stack's methods, as paths on the (fixture) mirror; NCCL is the test
+# bed's, the seed's tarball (tasks._seed_nccl; the stack's own default, the PyPI wheel, is no NVIDIA file).
 UPSTREAM = {
     "cuda": CATALOG["cuda"][CUDA]["runfile"],
     "cudnn": CATALOG["cudnn"][STACK["cudnn"]]["tarball"],
-    "nccl": CATALOG["nccl"][STACK["nccl"]]["tarball"],
+    "nccl": CATALOG["nccl"][tasks._seed_nccl()["stack_nccl_version"]]["tarball"],
 }
 # What these tests install: the parts that come from NVIDIA's servers, and OpenMPI for the MPI tests.
 # The driver (a real DKMS build per host) and the MindSpore venv are the molecule scenarios' job.
