@@ -1,7 +1,8 @@
 """Security rules every role and playbook keeps, checked on the source (fast, no host needed).
 
 The host-side counterpart is verify/testinfra/test_security.py (modes, owners, keyrings on a
-converged host); the credential test in tests/integration proves a mirror password is not printed.
+converged host); tests/unit/test_artifact_cache.py (an index password is never printed) and
+tests/integration/test_role_settings.py (a bad index URL's password is masked in the refusal) cover credentials.
 """
 
 from __future__ import annotations
