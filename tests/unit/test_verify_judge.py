@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.unit.test_gpu_probe import RTX3090, STUBS
 
 VERIFY = ROOT / "verify"
 FAKES = Path(__file__).resolve().parent / "fake_mindspore"
@@ -22,10 +24,16 @@ from msgpu_verify._proc import RESULT_MARKER, run_child  # noqa: E402
 
 from testbed import run_check_texts  # noqa: E402
 
+# The driver probe the judge runs on a GPU (gpu_probe.py) reads these: every test chooses its driver libraries,
+# none loads the machine's own (default: none at all, NO_DRIVER).
+NO_LIBCUDA = "/nonexistent/libcuda.so.1"
+DRIVER_VARIABLES = ("MSGPU_LIBCUDA", "MSGPU_LIBNVML", "STUB_CUDA_INIT_RESULT", "STUB_CUDA_DEVICES", "STUB_CUDA_KERNEL")
+
 
 def fake_env(variant: str, **extra: str) -> dict:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in DRIVER_VARIABLES}
     env["PYTHONPATH"] = os.pathsep.join([str(FAKES / variant), str(FAKES), str(VERIFY)])
+    env.update(MSGPU_LIBCUDA=NO_LIBCUDA, MSGPU_LIBNVML="/nonexistent/libnvidia-ml.so.1")
     env.update(extra)
     return env
 
@@ -340,3 +348,120 @@ def test_a_context_error_without_a_library_name_is_failed_not_ok():
     assert (
         "set_context(device_target='GPU') raised RuntimeError: Unsupported device target GPU." in verdict["explanation"]
     )
+
+
+# --- the driver probe (gpu_probe.py in its own child): explains the verdict, never changes it ---------------------
+
+
+@pytest.fixture(scope="module")
+def stub_driver(tmp_path_factory) -> dict:
+    """Stand-in libcuda / libnvidia-ml (tests/unit/stub_cuda, as test_gpu_probe builds them) for the probe's child."""
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not compiler:
+        pytest.skip("no C compiler (cc, gcc or clang) to build the stand-in libcuda/libnvidia-ml")
+    out = tmp_path_factory.mktemp("judge_stub_cuda")
+    built = {}
+    for key, source in (("MSGPU_LIBCUDA", "libcuda_stub.c"), ("MSGPU_LIBNVML", "libnvml_stub.c")):
+        target = out / f"{key}.so"
+        command = [compiler, "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(target), str(STUBS / source)]
+        subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+        built[key] = str(target)
+    return built
+
+
+def test_no_gpu_while_the_driver_runs_a_kernel_says_the_gpu_works(stub_driver):
+    env = fake_env("nogpu", STUB_CUDA_DEVICES=",".join([RTX3090] * 4), **stub_driver)
+    document = judge.judge(sys.executable, "GPU", 20.0, {}, env=env)
+    assert document["verdict"] == "NO_GPU", document  # unchanged: the probe only explains
+    assert document["hint"] == judge.HINTS["NO_GPU"]
+    probe = document["driver_probe"]
+    assert probe["state"] == "ran" and probe["verdict"] == "OK", probe
+    assert probe["device_count"] == 4 and probe["devices"] == ["NVIDIA GeForce RTX 3090"] * 4
+    assert probe["cuda_driver_version"] == "11.4" and probe["driver_version"] == "470.256.02"
+    assert probe["seconds"] >= 0 and probe["summary"] == "OK (4 x NVIDIA GeForce RTX 3090)"
+    assert document["explanation"].startswith("MindSpore and its libraries load, but there is no usable GPU")
+    assert (
+        "The driver runs a CUDA kernel on every GPU (4 x NVIDIA GeForce RTX 3090) without MindSpore: the GPU works; "
+        "the fault is in MindSpore or its CUDA libraries." in document["explanation"]
+    )
+
+
+def test_no_gpu_and_a_driver_without_devices_agree(stub_driver):
+    env = fake_env("nogpu", STUB_CUDA_INIT_RESULT="100", STUB_CUDA_DEVICES=RTX3090, **stub_driver)
+    document = judge.judge(sys.executable, "GPU", 20.0, {}, env=env)
+    assert document["verdict"] == "NO_GPU"
+    assert document["driver_probe"]["verdict"] == "NO_DEVICE"
+    assert "agrees there is no usable GPU: cuInit says CUDA_ERROR_NO_DEVICE (100)" in document["explanation"]
+    assert "the GPU works" not in document["explanation"]
+
+
+def test_a_failing_driver_is_named_as_the_fault(stub_driver):
+    env = fake_env("missing_lib", STUB_CUDA_DEVICES=RTX3090, STUB_CUDA_KERNEL="launch_fail", **stub_driver)
+    document = judge.judge(sys.executable, "GPU", 20.0, {}, env=env)
+    assert document["verdict"] == "LIBRARY_MISSING" and document["library"] == "libcudnn.so.7"
+    assert document["driver_probe"]["verdict"] == "KERNEL_FAILED"
+    assert "The driver itself fails without MindSpore: 1 of 1 devices failed the kernel" in document["explanation"]
+    # No libcuda at all (fake_env's default): NO_DRIVER, said the same way.
+    document = judged("missing_lib", "GPU")
+    assert document["driver_probe"]["verdict"] == "NO_DRIVER"
+    assert (
+        "The driver itself fails without MindSpore: the CUDA driver library cannot be loaded"
+        in (document["explanation"])
+    )
+
+
+def test_a_driver_probe_that_hangs_is_recorded_and_the_judge_completes(monkeypatch):
+    monkeypatch.setattr(judge, "driver_probe_argv", lambda: [sys.executable, "-c", "import time; time.sleep(60)"])
+    start = time.monotonic()
+    document = judge.judge(sys.executable, "GPU", 20.0, {}, env=fake_env("nogpu"), driver_probe_timeout_s=1.0)
+    assert time.monotonic() - start < 20.0
+    assert document["verdict"] == "NO_GPU"
+    probe = document["driver_probe"]
+    assert probe["state"] == "timeout" and probe["verdict"] is None and probe["timeout_s"] == 1.0
+    assert "did not finish within 1 s" in probe["reason"]
+    assert "The driver probe (no MindSpore) gave no answer: the GPU probe did not finish" in document["explanation"]
+
+
+def test_a_driver_probe_that_crashes_or_cannot_start_is_recorded(monkeypatch, tmp_path):
+    monkeypatch.setattr(judge, "driver_probe_argv", lambda: [sys.executable, "-c", "import os; os.abort()"])
+    probe = judge.judge(sys.executable, "GPU", 20.0, {}, env=fake_env("nogpu"))["driver_probe"]
+    assert probe["state"] == "crashed" and "killed by signal 6" in probe["reason"]
+    monkeypatch.setattr(judge, "driver_probe_argv", lambda: [str(tmp_path / "no-python")])
+    document = judge.judge(sys.executable, "GPU", 20.0, {}, env=fake_env("nogpu"))
+    assert document["verdict"] == "NO_GPU"
+    assert document["driver_probe"]["state"] == "crashed"
+    assert "cannot start the GPU probe" in document["driver_probe"]["reason"]
+
+
+def test_the_driver_probe_is_skipped_off_gpu_and_on_request(stub_driver, tmp_path):
+    assert judged("ok", "CPU")["driver_probe"] == {
+        "state": "skipped",
+        "verdict": None,
+        "reason": "the judged device is CPU, not GPU",
+        "summary": "skipped: the judged device is CPU, not GPU",
+    }
+    document = judge.judge(sys.executable, "GPU", 20.0, {}, env=fake_env("nogpu"), driver_probe=False)
+    assert document["driver_probe"]["state"] == "skipped" and document["driver_probe"]["reason"] == "--no-driver-probe"
+    assert document["explanation"] == (  # nothing added
+        "MindSpore and its libraries load, but there is no usable GPU: no CUDA-capable device is detected."
+    )
+    out = tmp_path / "judge.json"
+    result = run_judge("nogpu", "--device", "GPU", "--no-driver-probe", "--json", str(out), **stub_driver)
+    assert result.returncode == 1 and json.loads(out.read_text())["driver_probe"]["reason"] == "--no-driver-probe"
+
+
+def test_the_driver_probe_runs_under_the_cli_and_the_summary_line_says_it(stub_driver, tmp_path):
+    out = tmp_path / "judge.json"
+    result = run_judge("nogpu", "--device", "GPU", "--json", str(out), STUB_CUDA_DEVICES=RTX3090, **stub_driver)
+    assert result.returncode == 1, result.stderr
+    assert "the GPU works" in result.stdout and "(1 x NVIDIA GeForce RTX 3090)" in result.stdout
+    assert json.loads(out.read_text())["driver_probe"]["verdict"] == "OK"
+
+
+def test_driver_probe_words():
+    assert judge.gpus_text(["T4", "A100", "T4"]) == "2 x T4, 1 x A100"
+    assert judge.driver_probe_sentence("OK", {"state": "ran", "verdict": "OK", "devices": ["T4"]}) is None
+    assert judge.driver_probe_sentence("OK", judge.skipped_driver_probe("x")) is None
+    for verdict in judge.MINDSPORE_FAULTS:
+        sentence = judge.driver_probe_sentence(verdict, {"state": "ran", "verdict": "OK", "devices": ["T4"]})
+        assert sentence and "(1 x T4)" in sentence and "the GPU works" in sentence

@@ -361,3 +361,30 @@ def test_accepted_no_gpu_host_is_ok_in_the_fleet():
     fleet = report.fleet_summary(rows, [sandbox, strict], 0.8)
     assert [(e["host"], e["status"]) for e in fleet["table"]] == [("strict", "FAILED"), ("sandbox", "OK")]
     assert fleet["median_images_per_s"] == {"CPU": 900.0}
+
+
+def test_the_judges_driver_probe_is_in_the_hosts_row(tmp_path):
+    """The judge's driver probe (gpu_probe.py without MindSpore) in a few words after the explanation; old results
+    without one keep their row as it was."""
+    from msgpu_verify import report
+
+    works = judge("NO_GPU", "no usable GPU. The driver runs a CUDA kernel on every GPU (4 x RTX 3090) ...")
+    works["driver_probe"] = {"state": "ran", "verdict": "OK", "summary": "OK (4 x RTX 3090)"}
+    skipped = judge("OK", "all good")
+    skipped["driver_probe"] = {"state": "skipped", "verdict": None, "reason": "x", "summary": "skipped: x"}
+    hung = judge("HANG", "stuck")
+    hung["driver_probe"] = {"state": "timeout", "verdict": None, "reason": "the GPU probe did not finish within 60 s"}
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name, document in (("gpu01", works), ("gpu02", skipped), ("gpu03", hung), ("gpu04", judge("OK", "old"))):
+        (folder / f"{name}.json").write_text(json.dumps({"host": name, "judge": document, "bench": None}))
+    report.write_report(folder, tmp_path / "out")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [row["driver_probe"] for row in summary["hosts"]] == ["OK (4 x RTX 3090)", "skipped: x", "timeout", None]
+    assert summary["hosts"][0]["verdict"] == "NO_GPU" and summary["hosts"][0]["explanation"] == works["explanation"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| gpu01 | NO_GPU | no usable GPU. The driver runs a CUDA kernel on every GPU (4 x RTX 3090) ... " in md
+    assert "... (driver probe: OK (4 x RTX 3090)) | - |" in md
+    assert "| gpu04 | OK | old | - |" in md
+    html_text = (tmp_path / "out" / "report.html").read_text()
+    assert "(driver probe: OK (4 x RTX 3090))" in html_text and "(driver probe: skipped: x)" in html_text

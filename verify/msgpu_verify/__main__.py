@@ -37,7 +37,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
         "cuda": args.expect_cuda,
         "cudnn_major": args.expect_cudnn_major,
     }
-    document = judge_mod.judge(args.python, args.device, args.timeout, expected)
+    document = judge_mod.judge(args.python, args.device, args.timeout, expected, driver_probe=not args.no_driver_probe)
     document["accept"] = list(args.accept)
     write_json(document, args.json)
     print(judge_mod.summary_line(document))
@@ -219,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect-cudnn-major")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--json")
+    p.add_argument(
+        "--no-driver-probe",
+        action="store_true",
+        help="on a GPU, do not run gpu_probe.py (the driver without MindSpore) to explain the verdict",
+    )
     p.set_defaults(func=cmd_judge)
 
     p = sub.add_parser("warmup", help="first CUDA context once per host and user: the kernel JIT, timed, cached")

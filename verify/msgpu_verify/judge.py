@@ -2,6 +2,11 @@
 
 ``classify`` is a pure function over the child's output, return code and timeout flag, so every
 verdict is unit-testable with fake MindSpore packages. Standard library only.
+
+On a GPU the judge then runs gpu_probe.py (the CUDA driver and NVML through ctypes, no framework) in a child of
+its own with a short timeout (a broken driver can hang cuInit: never in the judge's process) and records it under
+``driver_probe``. It only explains, it never changes a verdict: "the GPU works, MindSpore or its CUDA libraries are
+at fault" against "the driver itself fails without MindSpore".
 """
 
 from __future__ import annotations
@@ -286,14 +291,129 @@ def classify(
     )
 
 
+DRIVER_PROBE_TIMEOUT = 60.0
+# The judge's verdicts that the driver probe can explain (OK needs no explanation).
+MINDSPORE_FAULTS = ("NO_GPU", "FAILED", "LIBRARY_MISSING", "VERSION_MISMATCH", "HANG")
+DRIVER_FAILURES = ("NO_DRIVER", "NO_DEVICE", "DRIVER_ERROR", "KERNEL_FAILED")
+
+
+def driver_probe_argv() -> List[str]:
+    """gpu_probe.py by its path, in the judge's own interpreter: the file runs alone (no package needed)."""
+    return [sys.executable, str(Path(__file__).resolve().with_name("gpu_probe.py"))]
+
+
+def _gpu_names(devices: Any) -> List[str]:
+    return [str(d.get("name") or "?") for d in devices or [] if isinstance(d, dict)]
+
+
+def gpus_text(names: Sequence[str]) -> str:
+    """Like "4 x NVIDIA GeForce RTX 3090", or "1 x Tesla T4, 2 x NVIDIA A100-PCIE-40GB" (first-seen order)."""
+    counts: Dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{count} x {name}" for name, count in counts.items())
+
+
+def skipped_driver_probe(reason: str) -> Dict[str, Any]:
+    return {"state": "skipped", "verdict": None, "reason": reason, "summary": "skipped: " + reason}
+
+
+def run_driver_probe(
+    timeout_s: float = DRIVER_PROBE_TIMEOUT,
+    env: Optional[Dict[str, str]] = None,
+    argv: Optional[Sequence[str]] = None,
+) -> Dict[str, Any]:
+    """gpu_probe.py in a child with a hard timeout; its verdict in a few fields. A timeout, a crash or a probe that
+    cannot start is a recorded ``state`` ("timeout", "crashed"), never an exception."""
+    command = list(argv) if argv else driver_probe_argv()
+    record: Dict[str, Any] = {"state": "ran", "verdict": None, "reason": None, "timeout_s": timeout_s}
+    try:
+        child = run_child(command, timeout_s=timeout_s, env=env, cwd="/")
+    except OSError as exc:
+        record.update(state="crashed", reason=f"cannot start the GPU probe: {exc}", seconds=0.0, returncode=None)
+        record["summary"] = "crashed: " + record["reason"]
+        return record
+    document: Dict[str, Any] = {}
+    for line in child.output.splitlines():
+        if line.startswith("{"):
+            try:
+                parsed = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(parsed, dict) and parsed.get("verdict"):
+                document = parsed
+    record.update(seconds=child.elapsed_s, returncode=child.returncode)
+    if child.timed_out:
+        record.update(
+            state="timeout",
+            reason=f"the GPU probe did not finish within {timeout_s:g} s (the driver hangs, e.g. in cuInit)",
+            output_tail=child.output[-2000:],
+        )
+    elif not document:
+        code = child.returncode
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+        record.update(state="crashed", reason=f"the GPU probe {how} without a result", output_tail=child.output[-2000:])
+    else:
+        names = _gpu_names(document.get("devices"))
+        nvml = document.get("nvml") if isinstance(document.get("nvml"), dict) else {}
+        record.update(
+            verdict=document.get("verdict"),
+            reason=document.get("reason"),
+            device_count=document.get("device_count"),
+            devices=names,
+            cuda_driver_version=document.get("cuda_driver_version"),
+            driver_version=nvml.get("driver_version"),
+            libcuda=document.get("libcuda"),
+        )
+    record["summary"] = driver_probe_text(record)
+    return record
+
+
+def driver_probe_text(record: Optional[Dict[str, Any]]) -> str:
+    """The probe in a few words: "OK (4 x NVIDIA GeForce RTX 3090)", "NO_DEVICE", "timeout: ...", "skipped: ..."."""
+    if not record:
+        return "-"
+    state = record.get("state")
+    if state != "ran":
+        return f"{state}: {record.get('reason')}"
+    verdict = str(record.get("verdict"))
+    names = record.get("devices") or []
+    return f"{verdict} ({gpus_text(names)})" if verdict == "OK" and names else verdict
+
+
+def driver_probe_sentence(verdict: str, record: Dict[str, Any]) -> Optional[str]:
+    """What the driver probe adds to the judge's explanation (None: nothing to add). Never changes the verdict."""
+    state = record.get("state")
+    if state in ("timeout", "crashed"):
+        return "The driver probe (no MindSpore) gave no answer: {}.".format(record.get("reason"))
+    if state != "ran":
+        return None
+    probe_verdict = record.get("verdict")
+    if probe_verdict == "OK":
+        if verdict not in MINDSPORE_FAULTS:
+            return None
+        return (
+            "The driver runs a CUDA kernel on every GPU ({}) without MindSpore: the GPU works; the fault is in "
+            "MindSpore or its CUDA libraries.".format(gpus_text(record.get("devices") or []) or "?")
+        )
+    if probe_verdict in DRIVER_FAILURES:
+        if verdict == "NO_GPU" and probe_verdict == "NO_DEVICE":
+            return "The driver probe (no MindSpore) agrees there is no usable GPU: {}.".format(record.get("reason"))
+        return "The driver itself fails without MindSpore: {}.".format(record.get("reason"))
+    return None
+
+
 def judge(
     python: str,
     device: str = "GPU",
     timeout_s: float = 120.0,
     expected: Optional[Dict[str, Optional[str]]] = None,
     env: Optional[Dict[str, str]] = None,
+    driver_probe: bool = True,
+    driver_probe_timeout_s: float = DRIVER_PROBE_TIMEOUT,
 ) -> Dict[str, Any]:
-    """Run the probe in ``python`` and return the full judge JSON document."""
+    """Run the probe in ``python`` and return the full judge JSON document; on a GPU (unless ``driver_probe`` is
+    False) gpu_probe.py too, in its own child, under ``driver_probe``."""
     expected = expected or {}
     probe = Path(__file__).resolve().with_name("probe.py")
     start = time.monotonic()
@@ -306,6 +426,16 @@ def judge(
     verdict = classify(child.output, child.returncode, child.timed_out, expected, device)
     if child.returncode is None and not child.timed_out:
         verdict = _verdict("FAILED", child.output)
+    elapsed_s = round(time.monotonic() - start, 3)
+    if device.upper() != "GPU":
+        probe_record = skipped_driver_probe(f"the judged device is {device}, not GPU")
+    elif not driver_probe:
+        probe_record = skipped_driver_probe("--no-driver-probe")
+    else:
+        probe_record = run_driver_probe(driver_probe_timeout_s, env=env)
+    sentence = driver_probe_sentence(verdict["verdict"], probe_record)
+    if sentence:
+        verdict = dict(verdict, explanation=verdict["explanation"].rstrip() + " " + sentence)
     raw = find_result(child.output)
     result: Dict[str, Any] = {}
     if raw:
@@ -342,7 +472,8 @@ def judge(
             "errors": result.get("errors") or {},
             "last_stage": last_stage(child.output),
             "output_tail": clean_output(child.output)[-6000:],
-            "elapsed_s": round(time.monotonic() - start, 3),
+            "elapsed_s": elapsed_s,
+            "driver_probe": probe_record,
             "timeout_s": timeout_s,
             "timed_out": child.timed_out,
             "python": python,

@@ -70,6 +70,19 @@ def warmup_text(document: Any) -> str:
     return f"{verdict}: {document.get('explanation') or ''}"
 
 
+def driver_probe_text(document: Any) -> Optional[str]:
+    """The judge's driver probe (msgpu_verify.gpu_probe without MindSpore) in a few words, e.g. "OK (4 x NVIDIA
+    GeForce RTX 3090)", "NO_DEVICE", "skipped: <reason>"; None when the judge has none (older results, no judge)."""
+    if not isinstance(document, dict) or not document.get("state"):
+        return None
+    return str(document.get("summary") or document.get("verdict") or document["state"])
+
+
+def _explanation_cell(row: Dict[str, Any]) -> str:
+    probe = row.get("driver_probe")
+    return f"{row['explanation']} (driver probe: {probe})" if probe else str(row["explanation"])
+
+
 def host_row(result: Dict[str, Any]) -> Dict[str, Any]:
     judge = result.get("judge") or {}
     warmup = result.get("warmup") if isinstance(result.get("warmup"), dict) else {}
@@ -112,6 +125,7 @@ def host_row(result: Dict[str, Any]) -> Dict[str, Any]:
         "warmup": warmup_text(warmup) if warmup else "-",
         "warmup_verdict": warmup.get("verdict"),
         "warmup_s": _num(warmup.get("seconds")) if warmup.get("verdict") == "OK" else None,
+        "driver_probe": driver_probe_text(judge.get("driver_probe")),
     }
 
 
@@ -467,7 +481,7 @@ def markdown(title: str, rows: List[Dict[str, Any]], generated: str, fleet: Opti
             "| {} | {} | {} | {} | {}{} | {} | {} | {} / {} |".format(
                 _md_cell(row["host"]),
                 _md_cell(row["verdict"]),
-                _md_cell(row["explanation"]),
+                _md_cell(_explanation_cell(row)),
                 _md_cell(row.get("warmup", "-")),
                 _fmt(row["images_per_s"]),
                 quick,
@@ -654,7 +668,7 @@ def html_page(
                 _e(row["host"]),
                 colour,
                 _e(row["verdict"]),
-                _e(row["explanation"]),
+                _e(_explanation_cell(row)),
                 hint,
                 _e(row.get("warmup", "-")),
                 _e(_fmt(row["images_per_s"])),
