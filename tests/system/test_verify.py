@@ -63,6 +63,19 @@ def test_quick_verify_succeeds_accepting_no_gpu(quick) -> None:
         assert judge["elapsed_s"] < judge["timeout_s"]
 
 
+def test_the_driver_probe_finds_no_device_through_the_real_libcuda(quick) -> None:
+    """The framework-free probe (msgpu_verify.gpu_probe) ran in the judge's child against the real libcuda of
+    Ubuntu's NVIDIA 470 packages, which answers cuInit with CUDA_ERROR_NO_DEVICE (100) in a GPU-less container,
+    and the judge's explanation says the driver agrees."""
+    results, _, _ = quick
+    for name, result in host_results(results).items():
+        judge = result["judge"]
+        probe = judge["driver_probe"]
+        assert probe["state"] == "ran" and probe["verdict"] == "NO_DEVICE", f"{name}: {probe}"
+        assert "CUDA_ERROR_NO_DEVICE" in probe["reason"], f"{name}: {probe}"
+        assert "agrees there is no usable GPU" in judge["explanation"], f"{name}: {judge['explanation']}"
+
+
 def test_quick_benchmark_trains_for_real_on_cpu(quick) -> None:
     results, _, _ = quick
     for name, result in host_results(results).items():
