@@ -290,7 +290,9 @@ def real_libcuda(tmp_path: Path) -> Path | None:
     system = Path("/usr/lib/x86_64-linux-gnu/libcuda.so.1")
     if system.exists():
         return system
-    debs = sorted((ROOT / ".cache" / "debs").glob("libnvidia-compute-*_amd64.deb"))
+    # The test bed's cache (MSGPU_CACHE: the unit stage runs in a copy of the tree, the cache stays the checkout's).
+    cache = Path(os.environ.get("MSGPU_CACHE") or ROOT / ".cache")
+    debs = sorted((cache / "debs").glob("libnvidia-compute-*_amd64.deb"))
     if not debs or not shutil.which("dpkg-deb"):
         return None
     subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(tmp_path)], check=True, timeout=120)
