@@ -43,24 +43,10 @@ STUB_VARIABLES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def stubs(tmp_path_factory) -> dict:
-    """The stand-ins, built with the machine's C compiler: libcuda, libnvml, and an NVML without ECC/PCI calls."""
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not compiler:
-        pytest.skip("no C compiler (cc, gcc or clang) to build the stand-in libcuda/libnvidia-ml")
-    out = tmp_path_factory.mktemp("stub_cuda")
-    built = {}
-    for key, source, flags in (
-        ("cuda", "libcuda_stub.c", []),
-        ("nvml", "libnvml_stub.c", []),
-        ("nvml_minimal", "libnvml_stub.c", ["-DSTUB_NVML_MINIMAL"]),
-    ):
-        target = out / f"{key}.so"
-        command = [compiler, "-shared", "-fPIC", "-Wall", "-Werror", *flags, "-o", str(target), str(STUBS / source)]
-        subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
-        built[key] = str(target)
-    return built
+@pytest.fixture()
+def stubs(stub_cuda) -> dict:
+    """The stand-ins (tests/unit/conftest.py builds them once per run)."""
+    return stub_cuda
 
 
 @pytest.fixture()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -173,19 +172,10 @@ def test_the_command_line(host, tmp_path):
 # --- the GPU smoke test -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def stubs(tmp_path_factory) -> dict:
-    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not compiler:
-        pytest.skip("no C compiler (cc, gcc or clang) to build the stand-in libcuda/libnvidia-ml")
-    out = tmp_path_factory.mktemp("stub_cuda")
-    built = {}
-    for key, source in (("cuda", "libcuda_stub.c"), ("nvml", "libnvml_stub.c")):
-        target = out / f"{key}.so"
-        command = [compiler, "-shared", "-fPIC", "-o", str(target), str(STUBS / source)]
-        subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
-        built[key] = str(target)
-    return built
+@pytest.fixture()
+def stubs(stub_cuda) -> dict:
+    """The stand-in libcuda / libnvidia-ml (tests/unit/conftest.py builds them once per run)."""
+    return stub_cuda
 
 
 def run_smoke(variant: str, host: dict, out: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:

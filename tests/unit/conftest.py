@@ -1,0 +1,31 @@
+"""Fixtures shared by the unit tests."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+STUBS = Path(__file__).resolve().parent / "stub_cuda"
+
+
+@pytest.fixture(scope="session")
+def stub_cuda(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The stand-in libcuda and libnvidia-ml (tests/unit/stub_cuda), built once per run with the machine's C
+    compiler: `cuda`, `nvml`, and `nvml_minimal` (an NVML without the ECC/PCI calls, like an old driver)."""
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    assert compiler, "no C compiler (cc, gcc or clang): install gcc to build the stand-in libcuda/libnvidia-ml"
+    out = tmp_path_factory.mktemp("stub_cuda")
+    built = {}
+    for key, source, flags in (
+        ("cuda", "libcuda_stub.c", []),
+        ("nvml", "libnvml_stub.c", []),
+        ("nvml_minimal", "libnvml_stub.c", ["-DSTUB_NVML_MINIMAL"]),
+    ):
+        target = out / f"{key}.so"
+        command = [compiler, "-shared", "-fPIC", "-Wall", "-Werror", *flags, "-o", str(target), str(STUBS / source)]
+        subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+        built[key] = str(target)
+    return built
