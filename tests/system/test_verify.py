@@ -82,6 +82,9 @@ def test_quick_benchmark_trains_for_real_on_cpu(quick) -> None:
         bench = result["bench"]
         assert bench["device"] == "CPU" and bench["quick"] is True, name
         assert bench["images_per_s"] > 0
+        # The training's own feeder, one epoch alone, and which of the two bound the run.
+        assert bench["feeder"]["images_per_s"] > 0 and bench["feeder"]["batches"] > 0, bench["feeder"]
+        assert bench["bound_by"] in ("feeder", "training"), bench["bound_by"]
         # A short run on a subset still learns MNIST far beyond chance (0.1).
         assert bench["accuracy"] > 0.8, f"{name}: accuracy {bench['accuracy']}"
         assert len(bench["loss_curve"]) >= 2

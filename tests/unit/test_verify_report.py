@@ -388,3 +388,37 @@ def test_the_judges_driver_probe_is_in_the_hosts_row(tmp_path):
     assert "| gpu04 | OK | old | - |" in md
     html_text = (tmp_path / "out" / "report.html").read_text()
     assert "(driver probe: OK (4 x RTX 3090))" in html_text and "(driver probe: skipped: x)" in html_text
+
+
+def test_the_feeder_alone_and_what_bound_the_run_are_in_the_hosts_row(tmp_path):
+    """bench.json's feeder (one epoch of the training's own feeder, alone) and bound_by: a last column; results
+    from before the feeder was measured show "-", an unknown bound_by is left out."""
+    from msgpu_verify import report
+
+    feeder = {"kind": "pre-batched GeneratorDataset (sink)", "images_per_s": 321139.0, "seconds": 0.19, "batches": 1875}
+    slow = dict(feeder, images_per_s=62586.0)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name, extra in (
+        ("gpu01", {"feeder": feeder, "bound_by": "training"}),
+        ("gpu02", {"feeder": slow, "bound_by": "feeder"}),
+        ("gpu03", {}),
+        ("gpu04", {"feeder": slow, "bound_by": HOSTILE}),
+    ):
+        document = {"host": name, "judge": judge("OK", "all good"), "bench": dict(bench(40000.0, 9000.0), **extra)}
+        (folder / f"{name}.json").write_text(json.dumps(document))
+    report.write_report(folder, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| p50 / p95 step ms | feeder images/s |" in md
+    assert "| 1.25 / 2.50 | 321,139.0 (bound by: training) |" in md
+    assert "| 1.25 / 2.50 | 62,586.0 (bound by: feeder) |" in md
+    assert "| gpu03 | OK | all good | - | 40,000.0 | 98.12 % | 4.44 | 1.25 / 2.50 | - |" in md
+    assert "| 1.25 / 2.50 | 62,586.0 |" in md
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<th>feeder images/s</th>" in page and '<td class="n">62,586.0 (bound by: feeder)</td>' in page
+    assert "alert" not in page
+    rows = {row["host"]: row for row in json.loads((tmp_path / "out" / "summary.json").read_text())["hosts"]}
+    assert (rows["gpu02"]["feeder_images_per_s"], rows["gpu02"]["bound_by"]) == (62586.0, "feeder")
+    assert rows["gpu02"]["feeder_kind"] == "pre-batched GeneratorDataset (sink)"
+    assert (rows["gpu03"]["feeder_images_per_s"], rows["gpu03"]["bound_by"]) == (None, None)
+    assert rows["gpu04"]["bound_by"] is None

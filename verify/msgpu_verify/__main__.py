@@ -100,9 +100,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(json.dumps(document, sort_keys=True))
         return 1
     seed = document.get("seed") or {}
+    feeder = document.get("feeder") or {}
     print(
-        "bench: {} images/s, accuracy {}, p50 {} ms, seed {} images/s, ratio {} ({} s)".format(
+        "bench: {} images/s (feeder alone {} images/s, bound by {}), accuracy {}, p50 {} ms, seed {} images/s, "
+        "ratio {} ({} s)".format(
             document.get("images_per_s"),
+            feeder.get("images_per_s"),
+            document.get("bound_by"),
             document.get("accuracy"),
             (document.get("step_time_ms") or {}).get("p50"),
             seed.get("images_per_s"),

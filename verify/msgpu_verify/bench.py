@@ -6,11 +6,19 @@ one result line (marker + JSON) and leave with ``os._exit(0)``.
 
 Why ours is faster than the seed, honestly: the same network, loss, optimiser, learning rate, batch
 size and samples per epoch (every image once, freshly shuffled, full batches only), but the seed's
-decode + resize + rescale (MindSpore's own operators) runs once before training, and each epoch feeds
-Tensors cut from the cached arrays straight into TrainOneStepCell (what Model.train runs per step)
-instead of a dataset pipeline that competes with training for the CPU cores. On GPU, with sink mode on
-(the default there), Model.train sinks the cached dataset to the device. MindSpore 1.5.1 has no sink
-mode on CPU.
+decode + resize + rescale (MindSpore's own operators) runs once before training instead of every epoch,
+and both of our feeders hand over whole batches cut from the cached arrays (``ShuffledBatches``; the
+same batches for a fixed --random-seed). Without sink mode (on CPU: MindSpore 1.5.1 has no sink mode
+there) each epoch feeds Tensors cut from the cached arrays straight into TrainOneStepCell (what
+Model.train runs per step) instead of a dataset pipeline that competes with training for the CPU
+cores. With sink mode (the default on GPU), Model.train sinks a GeneratorDataset whose every row is a
+whole batch: one Python call per batch (1,875 per MNIST epoch of 32) instead of one per image (60,000)
+as a NumpySlicesDataset + batch would make, so the Python feeder is not what a fast GPU waits for.
+
+Which one bound the run: before training (outside its time) the child runs one epoch through the very
+feeder the training uses, alone, and records it as ``feeder`` (kind, images/s, seconds, batches);
+``bound_by`` is "feeder" when that is below FEEDER_HEADROOM times the training's headline images/s,
+else "training".
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ._proc import RESULT_MARKER, find_result, run_child
 
@@ -42,6 +50,75 @@ SEED_SCRIPT = Path(__file__).resolve().parent.parent / "seed" / "main.py"
 # (unseeded, the seed's LeNet5 sometimes stays on its ~2.30 loss plateau for a whole quick run:
 # 0.53 accuracy once in CI). --random-seed changes it.
 RANDOM_SEED = 1
+
+
+# "feeder" bounds a run whose feeder, alone, delivers less than twice the training's images/s. Without
+# sink mode the feeder runs inside every epoch, one after the other with the steps, so its share of
+# the epoch is training/feeder: at 2x it already takes half of it. With sink mode it runs beside the
+# training, on the CPU cores the framework's host threads also need, so its rate measured alone is an
+# upper bound: with less than 2x headroom it is the likeliest limit, with more it is not the limit.
+FEEDER_HEADROOM = 2.0
+FEEDER_KINDS = {
+    True: "pre-batched GeneratorDataset (sink)",
+    False: "Tensors cut from cached arrays (direct loop)",
+}
+
+
+class ShuffledBatches:
+    """Whole batches from cached arrays, freshly shuffled at every ``iter()`` (one epoch each).
+
+    Each epoch draws one permutation from ``rng`` (a numpy Generator; anything with ``permutation(n)``)
+    and yields ``(images[index], labels[index])`` for its first ``len(self)`` full slices of
+    ``batch_size`` (the remainder is dropped, like the seed's drop_remainder). With numpy arrays the
+    index arrays give contiguous copies. The source of ``lenet.batched_dataset`` (sink mode: one
+    GeneratorDataset row per batch) and of ``lenet.epoch_batches`` (the direct loop). Standard library
+    only: the arrays' own indexing does the work.
+    """
+
+    def __init__(self, images: Any, labels: Any, batch_size: int, rng: Any) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch size {batch_size}: must be at least 1")
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        self.images = images
+        self.labels = labels
+        self.batch_size = batch_size
+        self.rng = rng
+
+    def __len__(self) -> int:
+        return len(self.images) // self.batch_size
+
+    def __iter__(self) -> Iterator[Tuple[Any, Any]]:
+        order = self.rng.permutation(len(self.images))
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            index = order[start : start + self.batch_size]
+            yield self.images[index], self.labels[index]
+
+
+def measure_feeder(kind: str, make_batches: Callable[[], Iterable[Any]], batch_size: int) -> Dict[str, Any]:
+    """One epoch through a feeder alone: ``make_batches()`` (building it counts too: the direct loop cuts
+    its Tensors there) and every batch drawn from it, timed."""
+    start = time.perf_counter()
+    batches = 0
+    for _ in make_batches():
+        batches += 1
+    seconds = time.perf_counter() - start
+    return {
+        "kind": kind,
+        "images_per_s": round(batches * batch_size / seconds, 1) if batches and seconds > 0 else None,
+        "seconds": round(seconds, 3),
+        "batches": batches,
+    }
+
+
+def bound_by(
+    feeder_images_per_s: Optional[float], training_images_per_s: Optional[float], headroom: float = FEEDER_HEADROOM
+) -> Optional[str]:
+    """Which one bounds the run: "feeder" when the feeder alone is below ``headroom`` x the training's
+    images/s, else "training"; None when either number is missing."""
+    if not feeder_images_per_s or not training_images_per_s:
+        return None
+    return "feeder" if feeder_images_per_s < headroom * training_images_per_s else "training"
 
 
 def percentile(values: List[float], fraction: float) -> Optional[float]:
@@ -207,8 +284,9 @@ def direct_loop(
 
 
 def train_child(config: Dict[str, Any]) -> Dict[str, Any]:
-    """Our harness: cached preprocessed arrays, sink mode, no per-step printing."""
+    """Our harness: cached preprocessed arrays, whole-batch feeders, sink mode on GPU, no per-step printing."""
     import mindspore as ms
+    import numpy as np
 
     from . import lenet
 
@@ -217,7 +295,7 @@ def train_child(config: Dict[str, Any]) -> Dict[str, Any]:
     ms.context.set_context(mode=ms.context.GRAPH_MODE, device_target=device)
     random_seed = int(config.get("random_seed", RANDOM_SEED))
     ms.common.set_seed(random_seed)  # initial weights (and numpy's global generator)
-    ms.dataset.config.set_seed(random_seed)  # the sink path's shuffles
+    ms.dataset.config.set_seed(random_seed)  # any random dataset operator (shuffles come from ShuffledBatches)
     quick = bool(config["quick"])
     train_x, train_y = lenet.preprocessed_arrays(config["data"], True, QUICK_TRAIN if quick else None)
     test_x, test_y = lenet.preprocessed_arrays(config["data"], False, QUICK_TEST if quick else None)
@@ -229,11 +307,26 @@ def train_child(config: Dict[str, Any]) -> Dict[str, Any]:
     net, loss, opt = lenet.build_parts(float(config["lr"]), float(config["momentum"]))
     epochs = int(config["epochs"])
     log_every = max(1, min(100, steps // 10))
+    # The training's own feeder, one epoch alone, with its own objects (training's shuffles stay untouched).
+    if sink:
+        feeder = measure_feeder(
+            FEEDER_KINDS[True],
+            lambda: lenet.batched_dataset(train_x, train_y, batch, random_seed).create_tuple_iterator(
+                output_numpy=True, num_epochs=1
+            ),
+            batch,
+        )
+    else:
+        feeder = measure_feeder(
+            FEEDER_KINDS[False],
+            lambda: lenet.epoch_batches(train_x, train_y, batch, np.random.default_rng(random_seed)),
+            batch,
+        )
     train_start = time.perf_counter()
     if sink:
         timer = _epoch_timer_class()(steps, batch, log_every)
         model = ms.train.Model(net, loss, opt)
-        train_ds = lenet.cached_dataset(train_x, train_y, batch, shuffle=True, drop_remainder=True)
+        train_ds = lenet.batched_dataset(train_x, train_y, batch, random_seed)
         model.train(epochs * (steps // chunk), train_ds, callbacks=[timer], dataset_sink_mode=True, sink_size=chunk)
     else:
         timer = direct_loop(lenet, (net, loss, opt), train_x, train_y, batch, epochs, log_every, random_seed)
@@ -246,6 +339,7 @@ def train_child(config: Dict[str, Any]) -> Dict[str, Any]:
         Path(checkpoint).parent.mkdir(parents=True, exist_ok=True)
         ms.save_checkpoint(net, checkpoint)
     steady = timer.step_times[1:] if len(timer.step_times) > 1 else timer.step_times
+    images_per_s = headline(timer.epochs)
     return {
         "device": device,
         "mode": "GRAPH",
@@ -259,7 +353,9 @@ def train_child(config: Dict[str, Any]) -> Dict[str, Any]:
         "quick": quick,
         "quick_note": QUICK_NOTE if quick else None,
         "epochs": timer.epochs,
-        "images_per_s": headline(timer.epochs),
+        "images_per_s": images_per_s,
+        "feeder": feeder,
+        "bound_by": bound_by(feeder["images_per_s"], images_per_s),
         "step_time_ms": {
             "p50": None if not steady else round(percentile(steady, 0.5), 3),
             "p95": None if not steady else round(percentile(steady, 0.95), 3),

@@ -1,6 +1,7 @@
-"""The seed's LeNet5 and its MNIST preprocessing, for the benchmark child. Imports MindSpore and numpy.
+"""The seed's LeNet5, its MNIST preprocessing and the two feeders, for the benchmark child. Imports MindSpore
+and numpy.
 
-Only ``bench`` imports this module, inside the training child process.
+Only ``bench`` imports this module, inside the training child process (and testbed/feeder_bench.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import mindspore.dataset.transforms.c_transforms as C
 import mindspore.dataset.vision.c_transforms as CV
 import numpy as np
 from mindspore import nn
+
+from .bench import ShuffledBatches
 
 RESIZE = (32, 32)
 RESCALE = 1 / (255 * 0.3081)
@@ -71,10 +74,17 @@ def preprocessed_arrays(data_dir: str, training: bool, limit: Optional[int] = No
     return np.ascontiguousarray(np.concatenate(images)), np.ascontiguousarray(np.concatenate(labels))
 
 
-def cached_dataset(images: np.ndarray, labels: np.ndarray, batch_size: int, shuffle: bool, drop_remainder: bool):
-    """Batches straight from the cached arrays, reshuffled every epoch (same samples per epoch as the seed)."""
-    ds = ms.dataset.NumpySlicesDataset({"image": images, "label": labels}, shuffle=shuffle)
-    return ds.batch(batch_size, drop_remainder=drop_remainder)
+def batched_dataset(images: np.ndarray, labels: np.ndarray, batch_size: int, random_seed: int):
+    """The sink path's feeder: a GeneratorDataset whose every row is a whole batch.
+
+    Its source (``bench.ShuffledBatches``) draws a fresh permutation from a numpy Generator seeded with
+    ``random_seed`` each epoch and yields contiguous (batch, 1, 32, 32) float32 images and (batch,) int32
+    labels, full batches only: one Python call per batch (1,875 per MNIST epoch of 32) instead of one per
+    image (60,000) as a NumpySlicesDataset + batch does. Same samples per epoch as the seed, reshuffled
+    every epoch, the same batches for a fixed seed (and the same ones ``epoch_batches`` cuts).
+    """
+    source = ShuffledBatches(images, labels, batch_size, np.random.default_rng(random_seed))
+    return ms.dataset.GeneratorDataset(source, column_names=["image", "label"], shuffle=False)
 
 
 def build_parts(lr: float, momentum: float):
@@ -93,14 +103,9 @@ def train_step_cell(net, loss, opt):
 
 
 def epoch_batches(images: np.ndarray, labels: np.ndarray, batch_size: int, rng: np.random.Generator):
-    """One epoch: a fresh permutation of all samples, cut into full batches (drop_remainder, like the seed)."""
-    order = rng.permutation(len(images))
-    xs, ys = images[order], labels[order]
-    steps = len(images) // batch_size
-    return [
-        (ms.Tensor(xs[i * batch_size : (i + 1) * batch_size]), ms.Tensor(ys[i * batch_size : (i + 1) * batch_size]))
-        for i in range(steps)
-    ]
+    """The direct loop's feeder, one epoch: Tensors of the batches ``ShuffledBatches`` cuts from a fresh
+    permutation drawn from ``rng`` (full batches only, like the seed)."""
+    return [(ms.Tensor(x), ms.Tensor(y)) for x, y in ShuffledBatches(images, labels, batch_size, rng)]
 
 
 def accuracy(net, images: np.ndarray, labels: np.ndarray, batch_size: int = 1000) -> float:

@@ -92,6 +92,7 @@ def host_row(result: Dict[str, Any]) -> Dict[str, Any]:
     bench = result.get("bench") or {}
     steps = bench.get("step_time_ms") or {}
     seed = bench.get("seed") or {}
+    feeder = bench.get("feeder") if isinstance(bench.get("feeder"), dict) else {}
     # A judge left out on purpose (verify_judge: false, as `./toolkit bench` does) is not a failure.
     skipped = not judge and (result.get("requested") or {}).get("judge") is False
     if skipped:
@@ -118,6 +119,9 @@ def host_row(result: Dict[str, Any]) -> Dict[str, Any]:
         "seed_images_per_s": _num(seed.get("images_per_s")),
         "seed_accuracy": _num(seed.get("accuracy")),
         "ratio": _num(bench.get("ratio")),
+        "feeder_images_per_s": _num(feeder.get("images_per_s")),
+        "feeder_kind": feeder.get("kind"),
+        "bound_by": bench.get("bound_by") if bench.get("bound_by") in ("feeder", "training") else None,
         "p50_ms": _num(steps.get("p50")),
         "p95_ms": _num(steps.get("p95")),
         "quick": bool(bench.get("quick")),
@@ -135,6 +139,14 @@ def _fmt(value: Optional[float], digits: int = 1, percent: bool = False) -> str:
     if percent:
         return f"{value * 100:.2f} %"
     return f"{value:,.{digits}f}"
+
+
+def feeder_text(row: Dict[str, Any]) -> str:
+    """The bench's feeder alone (one epoch, no training) and which of the two bound the run."""
+    if row.get("feeder_images_per_s") is None:
+        return "-"
+    bound = f" (bound by: {row['bound_by']})" if row.get("bound_by") else ""
+    return _fmt(row["feeder_images_per_s"]) + bound
 
 
 def _md_cell(text: Any) -> str:
@@ -472,13 +484,13 @@ def markdown(title: str, rows: List[Dict[str, Any]], generated: str, fleet: Opti
         lines += ["## Hosts", ""]
     lines.append(
         "| host | verdict | explanation | warm-up (first CUDA context) | images/s | accuracy | ratio vs seed "
-        "| p50 / p95 step ms |"
+        "| p50 / p95 step ms | feeder images/s |"
     )
-    lines.append("| --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
+    lines.append("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         quick = " (quick)" if row["quick"] else ""
         lines.append(
-            "| {} | {} | {} | {} | {}{} | {} | {} | {} / {} |".format(
+            "| {} | {} | {} | {} | {}{} | {} | {} | {} / {} | {} |".format(
                 _md_cell(row["host"]),
                 _md_cell(row["verdict"]),
                 _md_cell(_explanation_cell(row)),
@@ -489,6 +501,7 @@ def markdown(title: str, rows: List[Dict[str, Any]], generated: str, fleet: Opti
                 _fmt(row["ratio"], 2),
                 _fmt(row["p50_ms"], 2),
                 _fmt(row["p95_ms"], 2),
+                _md_cell(feeder_text(row)),
             )
         )
     if fleet is not None and fleet.get("serving"):
@@ -655,7 +668,8 @@ def html_page(
         body += html_fleet(fleet)
     body.append(
         "<table><tr><th>host</th><th>verdict</th><th>explanation</th><th>warm-up (first CUDA context)</th>"
-        "<th>images/s</th><th>accuracy</th><th>ratio vs seed</th><th>p50 / p95 step ms</th></tr>"
+        "<th>images/s</th><th>accuracy</th><th>ratio vs seed</th><th>p50 / p95 step ms</th>"
+        "<th>feeder images/s</th></tr>"
     )
     for row in rows:
         colour = VERDICT_COLOURS.get(row["verdict"], "#d62728")
@@ -664,7 +678,7 @@ def html_page(
         body.append(
             '<tr><td>{}</td><td><span class="verdict" style="background:{}">{}</span></td><td>{}{}</td>'
             '<td>{}</td><td class="n">{}{}</td><td class="n">{}</td><td class="n">{}</td>'
-            '<td class="n">{} / {}</td></tr>'.format(
+            '<td class="n">{} / {}</td><td class="n">{}</td></tr>'.format(
                 _e(row["host"]),
                 colour,
                 _e(row["verdict"]),
@@ -677,6 +691,7 @@ def html_page(
                 _e(_fmt(row["ratio"], 2)),
                 _e(_fmt(row["p50_ms"], 2)),
                 _e(_fmt(row["p95_ms"], 2)),
+                _e(feeder_text(row)),
             )
         )
     body.append("</table>")
