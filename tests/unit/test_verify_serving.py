@@ -3,8 +3,12 @@
 MindSpore and Serving are not on the controller. The launcher runs each step as ``PYTHON -m msgpu_verify.serving
 --child STEP CONFIG``; here PYTHON is a fake interpreter (written per test) that answers each step the way the real
 child does in one of several situations (FAKE_SERVING_MODE), including Serving 2.0.2's own refusal text without a
-GPU, a child that hangs with a grandchild, one that dies without a word. Every call is logged (FAKE_SERVING_LOG) so a
-test can tell which steps really ran. The real children were run against mindspore 2.0.0 + mindspore-serving 2.0.2.
+GPU, a child that hangs with a grandchild, one that dies without a word, Serving missing where MindSpore imports (the
+default stack). Every call is logged (FAKE_SERVING_LOG) so a test can tell which steps really ran. The real children
+were run against mindspore 2.0.0 + mindspore-serving 2.0.2, and the CPU steps against mindspore-gpu 1.5.1 without
+Serving. Some tests below run the real children (``python -m msgpu_verify.serving --child STEP``) against stand-in
+packages written per test (STANDIN_*): a mindspore_serving that is missing or whose register keys Python stages as
+Serving 2.0.2 does, a mindspore whose GraphCell reports what the pipeline child had loaded, an empty numpy.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import ast
 import json
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -51,11 +56,16 @@ def labels():
         return list(handle.read(config["count"]))
 
 if step == "import":
-    if mode == "missing":
-        emit({{"status": "failed", "error": "ModuleNotFoundError: No module named 'mindspore_serving'",
-              "missing": "mindspore_serving", "python": sys.executable}})
+    if mode.startswith("missing"):
+        result = {{"status": "failed", "error": "ModuleNotFoundError: No module named 'mindspore_serving'",
+                  "missing": "mindspore_serving", "python": sys.executable, "mindspore": "1.5.1"}}
+        if mode == "missing_nomindspore":
+            result.update({{"mindspore": None, "mindspore_error": "ImportError: libcudnn.so.8: cannot open"}})
+        emit(result)
     emit({{"mindspore": "2.0.0", "mindspore_serving": "2.0.2", "python": sys.executable}})
 if step == "export":
+    if mode == "missing_badexport":
+        emit({{"status": "failed", "error": "RuntimeError: checkpoint lacks parameters: ['fc3.weight']"}})
     os.makedirs(os.path.dirname(config["mindir"]), exist_ok=True)
     with open(config["mindir"], "wb") as out:
         out.write(b"fake mindir of " + open(config["checkpoint"], "rb").read())
@@ -72,7 +82,7 @@ if step == "config":
     emit(result)
 if step == "pipeline":
     truth = labels()
-    digits = [0 for _ in truth] if mode == "badpipe" else truth
+    digits = [0 for _ in truth] if mode in ("badpipe", "missing_badpipe") else truth
     emit({{"images": len(truth), "digits": digits, "labels": truth, "preprocess_max_abs_diff_vs_bench": 0.012728}})
 if step == "server":
     if mode == "hang":
@@ -203,14 +213,57 @@ def test_another_refusal_without_a_gpu_is_not_excused(env, monkeypatch) -> None:
     assert "SyntaxError" in doc["explanation"]
 
 
-def test_missing_serving_is_not_installed_and_names_the_stack_variable(env, monkeypatch) -> None:
+def test_missing_serving_still_runs_the_cpu_steps_and_is_not_installed(env, monkeypatch) -> None:
+    """The default stack: MindSpore 1.5.1 imports, Serving does not. Export and pipeline run for real; config and
+    server are skipped naming mindspore_serving; the verdict stays NOT_INSTALLED and says how the CPU steps went."""
     monkeypatch.setenv("FAKE_SERVING_MODE", "missing")
-    code, doc = run_cli(env)
+    code, doc = run_cli(env, device="none")
     assert code == 1
-    assert doc["verdict"] == "NOT_INSTALLED"
+    assert (doc["verdict"], doc["failed_step"]) == ("NOT_INSTALLED", "import")
+    assert calls(env) == ["import", "export", "pipeline"]
+    steps = doc["steps"]
+    assert [steps[n]["status"] for n in serving.STEPS] == ["failed", "ok", "skipped", "ok", "skipped"]
+    for name in ("config", "server"):
+        assert "needs mindspore_serving, which is not installed" in steps[name]["reason"], steps[name]
+    assert [note.split(":")[0] for note in doc["not_run"]] == ["config", "server"]
     assert "stack_serving_enabled" in doc["explanation"] and "mindspore_serving" in doc["explanation"]
+    assert "the CPU steps (export, pipeline) passed" in doc["explanation"]
+    assert "MindSpore 1.5.1, accuracy 1.0 on 10 test image(s)" in doc["explanation"]
+    assert doc["cpu_steps"] == {"export": "ok", "pipeline": "ok", "passed": True}
+    assert doc["pipeline_accuracy"] == 1.0 and doc["server_accuracy"] is None
+    assert doc["versions"]["mindspore"] == "1.5.1" and doc["mindspore_serving_version"] is None
+    servable = env["root"] / "servables" / "lenet5"
+    assert (servable / serving.PIPELINE_FILE).read_bytes() == serving.PIPELINE_SOURCE.read_bytes()
+    assert (servable / "servable_config.py").read_bytes() == serving.CONFIG_SOURCE.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("mode", "step", "words", "ran"),
+    [
+        ("missing_badexport", "export", "checkpoint lacks parameters", ["import", "export"]),
+        ("missing_badpipe", "pipeline", "--min-accuracy", ["import", "export", "pipeline"]),
+    ],
+)
+def test_without_serving_a_broken_cpu_step_is_still_a_fail(env, monkeypatch, mode, step, words, ran) -> None:
+    monkeypatch.setenv("FAKE_SERVING_MODE", mode)
+    code, doc = run_cli(env, device="none")
+    assert code == 1
+    assert (doc["verdict"], doc["failed_step"]) == ("FAIL", step)
+    assert words in doc["explanation"]
+    assert calls(env) == ran
+    assert doc["cpu_steps"]["passed"] is False and doc["cpu_steps"][step] == "failed"
+    assert doc["steps"]["server"]["status"] == "skipped"
+
+
+def test_missing_serving_and_mindspore_runs_nothing_else(env, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SERVING_MODE", "missing_nomindspore")
+    code, doc = run_cli(env)
+    assert (code, doc["verdict"]) == (1, "NOT_INSTALLED")
     assert [doc["steps"][n]["status"] for n in serving.STEPS] == ["failed"] + ["skipped"] * 4
     assert calls(env) == ["import"]
+    assert "the CPU steps (export, pipeline) did not run: MindSpore does not import either" in doc["explanation"]
+    assert "libcudnn.so.8" in doc["explanation"]
+    assert doc["cpu_steps"] == {"export": "skipped", "pipeline": "skipped", "passed": False}
 
 
 def test_a_hanging_server_is_hang_and_its_process_group_is_killed(env, monkeypatch) -> None:
@@ -272,10 +325,12 @@ def test_export_is_idempotent_and_follows_the_checkpoint(env) -> None:
     _, second = run_cli(env)
     assert second["steps"]["export"] == {**second["steps"]["export"], "changed": False, "exported": False}
     assert second["steps"]["export"]["config_written"] is False
+    assert second["steps"]["export"]["pipeline_written"] is False
     assert calls(env).count("export") == 1
     env["checkpoint"].write_bytes(b"weights-2")  # a new training run
     _, third = run_cli(env)
     assert third["steps"]["export"]["exported"] is True and third["steps"]["export"]["config_written"] is False
+    assert third["steps"]["export"]["pipeline_written"] is False
     mindir = Path(third["servable"]["mindir"])
     assert mindir.read_bytes() == b"fake mindir of weights-2"
     assert json.loads((mindir.parent / serving.STAMP).read_text())["mindspore"] == "2.0.0"
@@ -319,7 +374,8 @@ def test_address_problem_rejects_malformed_addresses() -> None:
 
 
 def test_the_servable_config_declares_what_the_launcher_checks() -> None:
-    """Static: predict_digit(image) registered with outputs digit, score, and the model file the export writes."""
+    """Static: predict_digit(image) registered with outputs digit, score, and the model file the export writes;
+    preprocess and postprocess defined in the pipeline file (numpy only), which the config loads by its name."""
     tree = ast.parse(serving.CONFIG_SOURCE.read_text())
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     method = functions[serving.METHOD]
@@ -327,7 +383,15 @@ def test_the_servable_config_declares_what_the_launcher_checks() -> None:
     decorator = method.decorator_list[0]
     assert isinstance(decorator, ast.Call) and decorator.func.attr == "register_method"
     assert ast.literal_eval(decorator.keywords[0].value) == serving.OUTPUTS
-    assert {"preprocess", "postprocess"} <= set(functions)
+    assigned = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if hasattr(t, "id")}
+    assert {"preprocess", "postprocess"} <= assigned
+    assert f'"{serving.PIPELINE_FILE}"' in serving.CONFIG_SOURCE.read_text()
+    pipeline = ast.parse(serving.PIPELINE_SOURCE.read_text())
+    assert {"preprocess", "postprocess"} <= {n.name for n in pipeline.body if isinstance(n, ast.FunctionDef)}
+    imported = {a.name for n in ast.walk(pipeline) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(pipeline) if isinstance(n, ast.ImportFrom)}
+    assert imported == {"numpy"}, imported  # the CPU steps run it without Serving
+    assert "msgpu_verify" not in serving.PIPELINE_SOURCE.read_text().split('"""')[2]  # deployed alone
     declared = [
         node.value
         for node in ast.walk(tree)
@@ -468,3 +532,191 @@ def test_children_get_absolute_paths_when_the_options_are_relative(env, monkeypa
         for key in ("checkpoint", "mindir", "servables", "images_file", "labels_file", "data"):
             if key in config:
                 assert Path(config[key]).is_absolute(), (step, key, config[key])
+
+
+# --- the real children against stand-in packages: the split servable without and with a Serving register ---------
+
+# mindspore_serving as where it is not installed: importing it fails like a missing package, and says so in a log.
+STANDIN_NO_SERVING = {
+    "mindspore_serving/__init__.py": (
+        "import os\n"
+        "with open(os.environ['STANDIN_SERVING_LOG'], 'a') as log:\n"
+        "    log.write('import mindspore_serving\\n')\n"
+        "raise ModuleNotFoundError(\"No module named 'mindspore_serving'\", name='mindspore_serving')\n"
+    ),
+}
+# numpy: the pipeline file and the children import it at the top; these tests stop before any array is made.
+STANDIN_NUMPY = {"numpy/__init__.py": "STANDIN = True\n"}
+# mindspore 1.5.1's names the children touch (mindspore.context, not the 2.x top level). GraphCell is built right
+# after the pipeline child has loaded the servable's pre/post-processing: it reports what was loaded and stops.
+STANDIN_MINDSPORE = {
+    "mindspore/__init__.py": (
+        "from . import context, nn\n__version__ = '1.5.1'\n\n\ndef load(path):\n    return path\n"
+    ),
+    "mindspore/context.py": "GRAPH_MODE = 0\n\n\ndef set_context(**kwargs):\n    pass\n",
+    "mindspore/nn.py": (
+        "import json, os, sys\n\n\n"
+        "class GraphCell:\n"
+        "    def __init__(self, graph):\n"
+        "        modules = {name: getattr(m, '__file__', None) for name, m in sys.modules.items()\n"
+        "                   if name in ('lenet5_pipeline', 'servable_config', 'mindspore_serving')}\n"
+        "        pre = sys.modules['lenet5_pipeline'].preprocess if 'lenet5_pipeline' in sys.modules else None\n"
+        "        log = os.environ['STANDIN_SERVING_LOG']\n"
+        "        seen = {'graph': graph, 'modules': modules, 'preprocess_file': pre and pre.__code__.co_filename,\n"
+        "                'serving_imports': open(log).read().split('\\n')[:-1] if os.path.exists(log) else []}\n"
+        "        raise RuntimeError('STANDIN ' + json.dumps(seen))\n"
+    ),
+}
+# Serving's register as 2.0.2 has it (server/register/method.py, utils.py, stage_function.py): add_stage takes a
+# Model or a function (inspect.isfunction), keys a function by <folder of the servable_config.py on the call stack>.
+# <function __name__> and keeps the function object; register_method runs the method once and hands its signature
+# to ServableRegister_.register_method. STAGES records each stage function's key and the file it comes from.
+STANDIN_SERVING = {
+    "mindspore_serving/__init__.py": "__version__ = '2.0.2'\n",
+    "mindspore_serving/client.py": "",
+    "mindspore_serving/server/__init__.py": "from . import register\n",
+    "mindspore_serving/server/register/__init__.py": (
+        "from .method import add_stage, register_method\nfrom .model import declare_model\n"
+    ),
+    "mindspore_serving/server/register/model.py": (
+        "class Model:\n    def __init__(self, model_file):\n        self.model_file = model_file\n\n\n"
+        "def declare_model(model_file, model_format, with_batch_dim=True):\n    return Model(model_file)\n"
+    ),
+    "mindspore_serving/server/register/method.py": """
+import inspect
+import os
+from types import SimpleNamespace
+
+from .model import Model
+
+STAGES = {}
+
+
+class ServableRegister_:
+    @staticmethod
+    def register_method(signature):
+        pass
+
+
+def get_servable_dir():
+    for item in inspect.stack():
+        if item.filename.endswith("servable_config.py"):
+            return os.path.split(os.path.split(os.path.realpath(item.filename))[0])[1]
+    raise RuntimeError("Failed to obtain the directory of servable_config.py")
+
+
+def add_stage(stage, *args, outputs_count, batch_size=None, tag=None):
+    if inspect.isfunction(stage):
+        STAGES[get_servable_dir() + "." + stage.__name__] = stage.__code__.co_filename
+    elif not isinstance(stage, Model):
+        raise RuntimeError("the parameter 'stage' of add_stage must be function or Model")
+    return tuple(object() for _ in range(outputs_count)) if outputs_count > 1 else object()
+
+
+def register_method(output_names):
+    def wrap(func):
+        inputs = list(inspect.signature(func).parameters)
+        func(*inputs)
+        ServableRegister_.register_method(
+            SimpleNamespace(servable_name=get_servable_dir(), method_name=func.__name__, inputs=inputs,
+                            outputs=list(output_names))
+        )
+        return func
+    return wrap
+""",
+}
+
+
+def standins(root: Path, *packages: Dict[str, str]) -> Path:
+    for files in packages:
+        for name, text in files.items():
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    return root
+
+
+@pytest.fixture
+def deployed(env) -> Path:
+    """The servables folder as the launcher's export step leaves it (both servable files, the MindIR's place)."""
+    code, doc = run_cli(env)
+    assert (code, doc["verdict"]) == (0, "OK"), doc["explanation"]
+    return env["root"] / "servables"
+
+
+def real_child(monkeypatch, tmp_path: Path, step: str, config: dict, *packages: Dict[str, str]) -> dict:
+    """The real ``python -m msgpu_verify.serving --child STEP`` (this Python) with the stand-ins on its path."""
+    monkeypatch.setenv("PYTHONPATH", str(standins(tmp_path / "standins", *packages)))
+    monkeypatch.setenv("STANDIN_SERVING_LOG", str(tmp_path / "serving-imports.log"))
+    return serving.Runner(sys.executable, 60, tmp_path / "work")(step, config)
+
+
+def test_the_import_child_reports_mindspore_when_serving_is_missing(monkeypatch, tmp_path) -> None:
+    result = real_child(monkeypatch, tmp_path, "import", {}, STANDIN_NO_SERVING, STANDIN_MINDSPORE)
+    assert result["status"] == "failed" and result["missing"] == "mindspore_serving", result
+    assert result["mindspore"] == "1.5.1" and result["python"] == sys.executable
+
+
+def test_the_pipeline_child_loads_the_pipeline_file_without_serving(env, deployed, monkeypatch, tmp_path) -> None:
+    """Where mindspore_serving cannot be imported, the real pipeline child still gets the servable's own
+    preprocess/postprocess: the deployed lenet5_pipeline.py, not servable_config.py, and no Serving import."""
+    config = {**serving._data_config(env["data"], 3), "servables": str(deployed)}
+    packages = (STANDIN_NO_SERVING, STANDIN_MINDSPORE, STANDIN_NUMPY)
+    result = real_child(monkeypatch, tmp_path, "pipeline", config, *packages)
+    assert result["status"] == "failed" and "STANDIN " in result["error"], result
+    seen = json.loads(result["error"].split("STANDIN ", 1)[1])
+    pipeline = str(deployed / "lenet5" / serving.PIPELINE_FILE)
+    assert seen["modules"] == {"lenet5_pipeline": pipeline}, seen
+    assert seen["preprocess_file"] == pipeline
+    assert seen["serving_imports"] == []
+    assert seen["graph"] == str(deployed / "lenet5" / "1" / serving.MINDIR)
+
+
+def test_the_config_child_passes_with_a_register_that_keys_stages_like_serving(deployed, monkeypatch, tmp_path) -> None:
+    result = real_child(monkeypatch, tmp_path, "config", {"servables": str(deployed)}, STANDIN_SERVING, STANDIN_NUMPY)
+    assert result["status"] == "ok", result
+    assert (result["method"], result["inputs"], result["outputs"]) == (serving.METHOD, serving.INPUTS, serving.OUTPUTS)
+    assert result["registered"][0]["servable"] == "lenet5"
+
+
+def test_the_config_child_refuses_stages_that_are_not_the_deployed_pipeline(deployed, monkeypatch, tmp_path) -> None:
+    config_file = deployed / "lenet5" / "servable_config.py"
+    config_file.write_text(config_file.read_text() + "\n\ndef preprocess(image):\n    return image\n")
+    result = real_child(monkeypatch, tmp_path, "config", {"servables": str(deployed)}, STANDIN_SERVING, STANDIN_NUMPY)
+    assert result["status"] == "failed"
+    assert f"servable_config.py's preprocess() comes from {config_file}" in result["error"], result
+
+
+@pytest.mark.parametrize("how", ["serving", "check"])
+def test_serving_gets_the_pipeline_files_functions_however_it_imports_the_config(deployed, tmp_path, how) -> None:
+    """Serving 2.0.2's worker (server/worker/_worker.py, _load_servable_config) appends the servables folder to
+    sys.path and imports ``lenet5.servable_config``; the check imports it as ``servable_config`` with its own folder
+    on sys.path. Either way the stages are keyed lenet5.preprocess / lenet5.postprocess and are the functions of
+    the deployed lenet5_pipeline.py (the worker calls the function objects it keeps)."""
+    packages = standins(tmp_path / "standins", STANDIN_SERVING, STANDIN_NUMPY)
+    load = {
+        "serving": f"sys.path.append({str(deployed)!r}); __import__('lenet5.servable_config')",
+        "check": f"from msgpu_verify import serving; serving._load_servable_config({str(deployed)!r})",
+    }[how]
+    script = (
+        f"import json, sys\nsys.path[:0] = [{str(packages)!r}, {str(Path(serving.__file__).parent.parent)!r}]\n"
+        f"{load}\n"
+        "from mindspore_serving.server.register import method\n"
+        "print(json.dumps(method.STAGES))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    pipeline = str(deployed / "lenet5" / serving.PIPELINE_FILE)
+    assert json.loads(proc.stdout) == {"lenet5.preprocess": pipeline, "lenet5.postprocess": pipeline}
+
+
+def test_a_changed_pipeline_file_is_deployed_again_without_a_new_export(env) -> None:
+    run_cli(env)
+    deployed = env["root"] / "servables" / "lenet5" / serving.PIPELINE_FILE
+    deployed.write_text("# edited by hand\n")
+    _, doc = run_cli(env)
+    export = doc["steps"]["export"]
+    assert (export["exported"], export["pipeline_written"], export["config_written"]) == (False, True, False)
+    assert export["changed"] is True
+    assert deployed.read_bytes() == serving.PIPELINE_SOURCE.read_bytes()
+    assert calls(env).count("export") == 1

@@ -3,70 +3,45 @@
 Method ``predict_digit``: input ``image``, the 784 raw bytes of one MNIST test image (28x28, row-major, as in the
 IDX file); outputs ``digit`` (top-1 class, int) and ``score`` (its softmax probability, float).
 
-The pre-processing gives the tensor the benchmark trained on (msgpu_verify.lenet: MindSpore's Resize 28->32,
-bilinear, then Rescale 1/(255*0.3081) and shift -0.1307/0.3081), in numpy only: a bilinear resize with half-pixel
-centres and edge replication (OpenCV's INTER_LINEAR, which MindSpore's Resize runs), rounded back to uint8 like
-Resize's uint8 output. OpenCV's fixed-point arithmetic can differ by one grey level on a few pixels; `python -m
-msgpu_verify serving` measures the largest difference against the benchmark's own tensors and the accuracy of this
-exact pipeline. Padding 28->32 instead would shrink the digits the network learned at full size.
+Its Python stages, ``preprocess`` and ``postprocess``, live beside this file in lenet5_pipeline.py (numpy only:
+servable_lenet5_pipeline.py in the package), so that `python -m msgpu_verify serving` can run them around the
+MindIR without Serving installed. This file loads that one by its path, under a module name of its own: that works
+however this file is imported - Serving's worker appends the servables' folder to sys.path and imports
+``lenet5.servable_config`` (a namespace package), the check imports it as ``servable_config`` - and whatever
+else is on sys.path. Serving keys a Python stage by ``<servable folder>.<function __name__>`` and keeps the
+function object itself, in the worker process that imported this file, so functions defined in another module
+are stages like any other.
 
-Serving imports this file itself (the servable's directory is on its path); nothing here may depend on the
-msgpu_verify package.
+Serving imports this file itself; nothing here may depend on the msgpu_verify package.
 """
 
-import numpy as np
+import importlib.util
+import os
+import sys
+
 from mindspore_serving.server import register
 
-SIDE_IN = 28
-SIDE_OUT = 32
-MEAN = 0.1307
-STD = 0.3081
+PIPELINE_FILE = "lenet5_pipeline.py"
+PIPELINE_MODULE = "lenet5_servable_pipeline"
+
+
+def _load_pipeline():
+    """lenet5_pipeline.py from this file's folder, freshly executed, registered as PIPELINE_MODULE."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), PIPELINE_FILE)
+    if not os.path.isfile(path):
+        raise RuntimeError(f"{path} is missing: the servable's pre/post-processing is deployed beside {__file__}")
+    spec = importlib.util.spec_from_file_location(PIPELINE_MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[PIPELINE_MODULE] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_pipeline = _load_pipeline()
+preprocess = _pipeline.preprocess
+postprocess = _pipeline.postprocess
 
 model = register.declare_model(model_file="lenet5.mindir", model_format="MindIR", with_batch_dim=True)
-
-
-def _taps(size_in, size_out):
-    """Source indices and weights of a 1-D bilinear resize (half-pixel centres, edges replicated)."""
-    centre = (np.arange(size_out, dtype=np.float64) + 0.5) * (size_in / size_out) - 0.5
-    low = np.floor(centre)
-    weight = centre - low
-    low = low.astype(np.int64)
-    return np.clip(low, 0, size_in - 1), np.clip(low + 1, 0, size_in - 1), weight
-
-
-def _raw_pixels(image):
-    """The image as a flat uint8 array, whatever form Serving hands the bytes in (bytes, uint8 or bytes_ array)."""
-    if isinstance(image, (bytes, bytearray, memoryview)):
-        flat = np.frombuffer(bytes(image), dtype=np.uint8)
-    else:
-        array = np.asarray(image)
-        flat = array.reshape(-1) if array.dtype == np.uint8 else np.frombuffer(array.tobytes(), dtype=np.uint8)
-    if flat.size != SIDE_IN * SIDE_IN:
-        raise ValueError(
-            f"image: expected {SIDE_IN * SIDE_IN} raw bytes (one 28x28 MNIST image, uint8), got {flat.size}"
-        )
-    return flat
-
-
-def preprocess(image):
-    """784 raw bytes -> float32 (1, 32, 32): bilinear resize to 32x32, uint8 rounding, /255, (x - mean) / std."""
-    pixels = _raw_pixels(image).reshape(SIDE_IN, SIDE_IN).astype(np.float64)
-    y0, y1, wy = _taps(SIDE_IN, SIDE_OUT)
-    x0, x1, wx = _taps(SIDE_IN, SIDE_OUT)
-    rows = pixels[y0] * (1.0 - wy)[:, None] + pixels[y1] * wy[:, None]
-    resized = rows[:, x0] * (1.0 - wx)[None, :] + rows[:, x1] * wx[None, :]
-    resized = np.clip(np.floor(resized + 0.5), 0, 255)
-    scaled = resized * (1.0 / (255.0 * STD)) - MEAN / STD
-    return scaled.astype(np.float32).reshape(1, SIDE_OUT, SIDE_OUT)
-
-
-def postprocess(logits):
-    """Logits of one image -> (top-1 digit, its softmax probability)."""
-    values = np.asarray(logits, dtype=np.float64).reshape(-1)
-    shifted = np.exp(values - values.max())
-    probabilities = shifted / shifted.sum()
-    digit = int(probabilities.argmax())
-    return digit, float(probabilities[digit])
 
 
 @register.register_method(output_names=["digit", "score"])

@@ -3,22 +3,30 @@
 ``python -m msgpu_verify serving --checkpoint CKPT --data MNIST --servables DIR`` runs five steps, each in its
 own child process with a hard time limit (the child's whole process group is killed on timeout):
 
-1. ``import``: mindspore_serving (server, client) and mindspore import; their versions.
-2. ``export``: the checkpoint -> ``DIR/lenet5/1/lenet5.mindir`` (MindIR) and ``DIR/lenet5/servable_config.py``
-   (a copy of servable_lenet5.py). Idempotent: nothing is rewritten when the checkpoint's sha256 and the
-   MindSpore version match the last export and the config is unchanged.
+1. ``import``: mindspore_serving (server, client) and mindspore import; their versions (MindSpore's also when
+   Serving is missing).
+2. ``export``: the checkpoint -> ``DIR/lenet5/1/lenet5.mindir`` (MindIR), ``DIR/lenet5/lenet5_pipeline.py`` (the
+   servable's numpy pre/post-processing, a copy of servable_lenet5_pipeline.py) and ``DIR/lenet5/servable_config.py``
+   (a copy of servable_lenet5.py, which loads the pipeline file beside it). Idempotent: nothing is rewritten when
+   the checkpoint's sha256 and the MindSpore version match the last export and both files are unchanged.
 3. ``config``: the servable config imported where ``mindspore_serving.server.register`` is real; the method
-   ``predict_digit`` must be registered with input ``image`` and outputs ``digit``, ``score``.
-4. ``pipeline``: without the server: the servable's own preprocess -> the MindIR on CPU (mindspore.load +
-   nn.GraphCell) -> its postprocess, on the first N MNIST test images; accuracy against the labels, and the
-   largest difference between the servable's input tensor and the benchmark's training tensor.
+   ``predict_digit`` must be registered with input ``image`` and outputs ``digit``, ``score``, and its
+   preprocess/postprocess must be the deployed lenet5_pipeline.py's.
+4. ``pipeline``: without the server: the deployed lenet5_pipeline.py's preprocess -> the MindIR on CPU
+   (mindspore.load + nn.GraphCell) -> its postprocess, on the first N MNIST test images; accuracy against the
+   labels, and the largest difference between the servable's input tensor and the benchmark's training tensor.
 5. ``server``: start_servables + start_grpc_server on the (loopback) address, N single-image requests with
    mindspore_serving.client.Client, accuracy against the labels, agreement with the pipeline, latency p50/p95,
    server.stop(). Without a GPU, Serving refuses to run a MindIR on the MindSpore backend; its own message is
    recorded and the verdict is NO_DEVICE.
 
+``export`` and ``pipeline`` (the CPU steps) need MindSpore and numpy only: where mindspore_serving is missing but
+MindSpore imports (the default stack, whose Serving 1.5.0 comes only from the vendor's server), they still run,
+and ``config`` and ``server`` are skipped with the reason.
+
 Verdicts: OK, NO_DEVICE (no GPU; everything that can run without one passed), NOT_INSTALLED (no
-mindspore_serving in this Python), FAIL (the step and the error), HANG (the step that timed out).
+mindspore_serving in this Python; the explanation and ``cpu_steps`` say how the CPU steps went), FAIL (the step and
+the error; a CPU step that fails is a FAIL with or without Serving), HANG (the step that timed out).
 This module's launcher is standard library only (Python 3.8); MindSpore, Serving and numpy are imported
 only in the children (``python -m msgpu_verify.serving --child STEP CONFIG``).
 """
@@ -48,7 +56,12 @@ MINDIR = "lenet5.mindir"
 VERSION = "1"
 STAMP = "export.json"
 CONFIG_SOURCE = Path(__file__).resolve().parent / "servable_lenet5.py"
+# The servable's numpy pre/post-processing, deployed beside servable_config.py (which loads it by this name).
+PIPELINE_SOURCE = Path(__file__).resolve().parent / "servable_lenet5_pipeline.py"
+PIPELINE_FILE = "lenet5_pipeline.py"
 STEPS = ("import", "export", "config", "pipeline", "server")
+CPU_STEPS = ("export", "pipeline")  # MindSpore + numpy only: they run without Serving
+SERVING = "mindspore_serving"
 VERDICTS = ("OK", "NO_DEVICE", "NOT_INSTALLED", "FAIL", "HANG")
 PASSING = ("OK", "NO_DEVICE")
 STACK_VAR = "stack_serving_enabled"
@@ -78,6 +91,7 @@ def servable_paths(servables: Path) -> Dict[str, Path]:
     return {
         "root": root,
         "config": root / "servable_config.py",
+        "pipeline": root / PIPELINE_FILE,
         "version": root / VERSION,
         "mindir": root / VERSION / MINDIR,
         "stamp": root / VERSION / STAMP,
@@ -221,9 +235,12 @@ def step_export(args: argparse.Namespace, run: Callable, versions: Dict[str, Any
             return result
         write_if_changed(paths["stamp"], (json.dumps(wanted, sort_keys=True) + "\n").encode())
         result["exported"] = True
+    # The pipeline first: the config loads it.
+    result["pipeline_module"] = str(paths["pipeline"])
+    result["pipeline_written"] = write_if_changed(paths["pipeline"], PIPELINE_SOURCE.read_bytes())
     result["config"] = str(paths["config"])
     result["config_written"] = write_if_changed(paths["config"], CONFIG_SOURCE.read_bytes())
-    result["changed"] = bool(result["exported"] or result["config_written"])
+    result["changed"] = bool(result["exported"] or result["pipeline_written"] or result["config_written"])
     return result
 
 
@@ -275,18 +292,16 @@ def judge_server(result: Dict[str, Any], pipeline: Dict[str, Any], min_accuracy:
 
 
 def decide(steps: Dict[str, Dict[str, Any]], gpus: int) -> Tuple[str, str, Optional[str]]:
-    """(verdict, explanation, failed step) from the steps' results and the GPUs the host has."""
+    """(verdict, explanation, failed step) from the steps' results and the GPUs the host has.
+
+    Steps in order: the first that hung, failed or was refused decides. Missing Serving is judged last, so a
+    CPU step that failed without it (a broken export) is still a FAIL; otherwise it is NOT_INSTALLED."""
+    missing = (steps.get("import") or {}).get("missing")
     for name in STEPS:
         step = steps.get(name) or {}
         status = step.get("status")
-        if name == "import" and step.get("missing"):
-            error = f" ({step['error']})" if step.get("error") else ""
-            return (
-                "NOT_INSTALLED",
-                f"{step['missing']} is not installed in this Python ({step.get('python') or 'the MindSpore venv'}): "
-                f"the serving role installs it when {STACK_VAR} is true{error}",
-                name,
-            )
+        if name == "import" and missing:
+            continue
         if status == "timeout":
             return "HANG", f"step {name}: {step.get('error')}; its process group was killed", name
         if status == "failed":
@@ -301,6 +316,8 @@ def decide(steps: Dict[str, Dict[str, Any]], gpus: int) -> Tuple[str, str, Optio
                 f"the model here (Serving: {first_line(step['refusal'])})",
                 None,
             )
+    if missing:
+        return "NOT_INSTALLED", not_installed_text(steps), "import"
     server = steps.get("server") or {}
     if server.get("status") != "ok":
         return "FAIL", "the server step did not run", "server"
@@ -309,6 +326,30 @@ def decide(steps: Dict[str, Dict[str, Any]], gpus: int) -> Tuple[str, str, Optio
         f"p50 {(server.get('latency_ms') or {}).get('p50')} ms"
     )
     return "OK", text, None
+
+
+def not_installed_text(steps: Dict[str, Dict[str, Any]]) -> str:
+    """What is missing, where it comes from, and how far the CPU steps got without it."""
+    imported = steps.get("import") or {}
+    error = f" ({imported['error']})" if imported.get("error") else ""
+    text = (
+        f"{imported['missing']} is not installed in this Python ({imported.get('python') or 'the MindSpore venv'}): "
+        f"the serving role installs it when {STACK_VAR} is true{error}"
+    )
+    pipeline = steps.get("pipeline") or {}
+    if pipeline.get("status") == "ok":
+        return (
+            f"{text}; the CPU steps (export, pipeline) passed without it: MindSpore {imported.get('mindspore')}, "
+            f"accuracy {pipeline.get('accuracy')} on {pipeline.get('images')} test image(s)"
+        )
+    return f"{text}; the CPU steps (export, pipeline) did not run: {pipeline.get('reason') or 'no result'}"
+
+
+def cpu_steps_summary(steps: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """The CPU steps' statuses and whether both passed (they run with or without Serving)."""
+    summary: Dict[str, Any] = {name: (steps.get(name) or {}).get("status") for name in CPU_STEPS}
+    summary["passed"] = all(summary[name] == "ok" for name in CPU_STEPS)
+    return summary
 
 
 def is_device_refusal(text: str) -> bool:
@@ -335,6 +376,19 @@ def not_run_notes(steps: Dict[str, Dict[str, Any]]) -> List[str]:
                 f"{first_line(step.get('refusal', ''), 600)}"
             )
     return notes
+
+
+def after_import(imported: Dict[str, Any]) -> Tuple[Optional[str], Optional[str]]:
+    """(why every later step is skipped, why only the steps needing Serving are skipped), each None or a reason.
+
+    Serving missing but MindSpore importing: the CPU steps (export, pipeline) still run."""
+    if imported["status"] == "ok":
+        return None, None
+    if imported.get("missing") != SERVING:
+        return f"step import did not pass ({imported['status']})", None
+    if not imported.get("mindspore"):
+        return f"MindSpore does not import either: {imported.get('mindspore_error') or 'no version reported'}", None
+    return None, f"needs {SERVING}, which is not installed in this Python (step import)"
 
 
 def run_launcher(args: argparse.Namespace, runner: Optional[Callable] = None) -> Dict[str, Any]:
@@ -389,8 +443,11 @@ def run_launcher(args: argparse.Namespace, runner: Optional[Callable] = None) ->
         ),
         ("server", lambda: _server_step(args, run, steps, data, gpus)),
     ]
-    blocked: Optional[str] = None if imported["status"] == "ok" else f"step import did not pass ({imported['status']})"
+    blocked, without_serving = after_import(imported)
     for name, action in order:
+        if without_serving and name not in CPU_STEPS:
+            steps[name] = _skip(without_serving)
+            continue
         if blocked:
             steps[name] = _skip(blocked)
             continue
@@ -409,6 +466,7 @@ def run_launcher(args: argparse.Namespace, runner: Optional[Callable] = None) ->
     )
     pipeline, server = steps.get("pipeline") or {}, steps.get("server") or {}
     document["pipeline_accuracy"] = pipeline.get("accuracy")
+    document["cpu_steps"] = cpu_steps_summary(steps)
     document["server_accuracy"] = server.get("accuracy")
     document["latency_ms"] = server.get("latency_ms")
     for step in steps.values():  # the per-image lists served their purpose; keep the JSON readable
@@ -484,14 +542,25 @@ def child_import(_: Dict[str, Any]) -> Dict[str, Any]:
         from mindspore_serving import client, server  # noqa: F401
     except ImportError as exc:
         name = getattr(exc, "name", None) or ""
-        missing = "mindspore_serving" if name.split(".")[0] == "mindspore_serving" else None
+        missing = SERVING if name.split(".")[0] == SERVING else None
         result.update({"status": "failed", "error": f"{type(exc).__name__}: {exc}", "missing": missing})
+        if missing:  # the CPU steps can still run where MindSpore imports
+            result.update(_mindspore_version())
         return result
     import mindspore
 
     result["mindspore_serving"] = getattr(mindspore_serving, "__version__", None) or _dist_version("mindspore_serving")
     result["mindspore"] = mindspore.__version__
     return result
+
+
+def _mindspore_version() -> Dict[str, Any]:
+    """{"mindspore": version}, or {"mindspore": None, "mindspore_error": why} when it does not import."""
+    try:
+        import mindspore
+    except Exception as exc:  # any import failure (a missing CUDA library is an OSError or ImportError)
+        return {"mindspore": None, "mindspore_error": f"{type(exc).__name__}: {exc}"[:500]}
+    return {"mindspore": mindspore.__version__}
 
 
 def _dist_version(name: str) -> Optional[str]:
@@ -530,17 +599,29 @@ def child_export(config: Dict[str, Any]) -> Dict[str, Any]:
     return {"bytes": mindir.stat().st_size}
 
 
-def _load_servable_config(servables: str) -> Any:
-    """Import DIR/lenet5/servable_config.py as Serving does (its folder on sys.path, module servable_config)."""
+def _load_file(path: Path, name: str) -> Any:
     import importlib.util
 
-    folder = str(Path(servables) / SERVABLE)
-    sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location("servable_config", str(Path(folder) / "servable_config.py"))
+    spec = importlib.util.spec_from_file_location(name, str(path))
     module = importlib.util.module_from_spec(spec)
-    sys.modules["servable_config"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _load_servable_config(servables: str) -> Any:
+    """Import DIR/lenet5/servable_config.py with its folder on sys.path, as module servable_config.
+
+    Serving 2.0.2's worker (server/worker/_worker.py, _load_servable_config) appends DIR to sys.path and imports
+    ``lenet5.servable_config``; the config loads its lenet5_pipeline.py by path, so either way works."""
+    folder = Path(servables) / SERVABLE
+    sys.path.insert(0, str(folder))
+    return _load_file(folder / "servable_config.py", "servable_config")
+
+
+def _load_pipeline_module(servables: str) -> Any:
+    """The deployed DIR/lenet5/lenet5_pipeline.py (numpy only: no Serving needed)."""
+    return _load_file(Path(servables) / SERVABLE / PIPELINE_FILE, "lenet5_pipeline")
 
 
 # Where register_method hands a method's signature to the C++ registry: Serving >= 1.6 (2.0.2 included) calls
@@ -607,9 +688,16 @@ def child_config(config: Dict[str, Any]) -> Dict[str, Any]:
     mindir = Path(config["servables"]) / SERVABLE / VERSION / MINDIR
     if not mindir.is_file():
         problems.append(f"{mindir} (declared by declare_model) is missing")
+    deployed = str((Path(config["servables"]) / SERVABLE / PIPELINE_FILE).resolve())
     for name in ("preprocess", "postprocess"):
-        if not callable(getattr(module, name, None)):
+        function = getattr(module, name, None)
+        if not callable(function):
             problems.append(f"servable_config.py defines no {name}()")
+            continue
+        # The pipeline step runs the deployed pipeline file's functions: the server must run the same ones.
+        source = getattr(getattr(function, "__code__", None), "co_filename", "")
+        if not source or str(Path(source).resolve()) != deployed:
+            problems.append(f"servable_config.py's {name}() comes from {source or 'nowhere'}, not {deployed}")
     if problems:
         result.update({"status": "failed", "error": "; ".join(problems)})
     return result
@@ -629,15 +717,19 @@ def _read_mnist(config: Dict[str, Any]):
 
 
 def child_pipeline(config: Dict[str, Any]) -> Dict[str, Any]:
-    """The servable's preprocess -> MindIR (CPU) -> postprocess, per image, as the server would run it."""
+    """The servable's preprocess -> MindIR (CPU) -> postprocess, per image, as the server would run it.
+
+    The pre/post-processing is the deployed lenet5_pipeline.py (what servable_config.py loads), so this step needs
+    MindSpore and numpy but not Serving."""
     import mindspore as ms
     import numpy as np
     from mindspore import context, nn
 
     context.set_context(mode=context.GRAPH_MODE, device_target="CPU")
-    servable = _load_servable_config(config["servables"])
-    images, labels = _read_mnist(config)
+    # The functions servable_config.py hands Serving, from the deployed file itself: no Serving import needed.
+    servable = _load_pipeline_module(config["servables"])
     graph = nn.GraphCell(ms.load(str(Path(config["servables"]) / SERVABLE / VERSION / MINDIR)))
+    images, labels = _read_mnist(config)
     digits: List[int] = []
     scores: List[float] = []
     tensors = []
