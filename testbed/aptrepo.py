@@ -8,7 +8,7 @@ catalog/stacks.yml names for the `cuda_repo` methods:
 
 - `cuda-drivers-<branch>`: a metapackage depending, like NVIDIA's, on `nvidia-driver-<branch>`, and
   on the catalog's `driver.<branch>.distro.packages`: Ubuntu's real driver packages, so DKMS builds
-  the real kernel module;
+  the real kernel module (branches Ubuntu has no packages of, 510 and 525, have no fixture);
 - `cuda-toolkit-<major>-<minor>`: the CUDA toolkit tree under `/usr/local/cuda-<major>.<minor>`, the
   same real NVIDIA binaries (and nvcc stub) as the runfile fixtures (testbed/fixtures.py);
 - `libcudnn<major>`/`-dev`, `libnccl2`/`libnccl-dev`: the real libraries and headers of NVIDIA's
@@ -173,6 +173,8 @@ def plan(catalog: dict[str, Any]) -> list[Deb]:
     """Every package the catalog's cuda_repo methods name, at the catalog's versions."""
     debs: list[Deb] = []
     for branch, entry in catalog.get("driver", {}).items():
+        if "distro" not in entry:  # no Ubuntu packages of the branch for the fixture metapackage to stand on
+            continue
         for package in entry.get("cuda_repo", {}).get("packages", []):
             debs.append(
                 Deb(

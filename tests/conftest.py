@@ -84,11 +84,23 @@ RESOLVER_REFUSALS = [
         id="cudnn_version-5",
     ),
     pytest.param({"nccl_version": "2.3.7"}, "stack_nccl_version", "allowed: 2.8.4, 2.14.3", id="nccl_version-6"),
-    pytest.param({"driver_branch": "390"}, "stack_driver_branch", "allowed: 470, 510", id="driver_branch-7"),
     pytest.param(
-        {"name": "ms2.2-cuda11.6", "driver_branch": "470"}, "stack_driver_branch", "allowed: 510", id="driver_branch-8"
+        {"driver_branch": "390"},
+        "stack_driver_branch",
+        "allowed: 470, 510, 525, 535, 570, or 'auto'",
+        id="driver_branch-7",
     ),
-    pytest.param({"cuda_extra_versions": ["11.6"]}, "stack_driver_branch", "allowed: 510", id="driver_branch-9"),
+    pytest.param(
+        {"name": "ms2.2-cuda11.6", "driver_branch": "470"},
+        "stack_driver_branch",
+        "allowed: 510, 525, 535, 570",
+        id="driver_branch-8",
+    ),
+    pytest.param(
+        {"cuda_extra_versions": ["11.6"]}, "stack_driver_branch", "allowed: 510, 525, 535, 570", id="driver_branch-9"
+    ),
+    # focal's 510/525 packages are transitional packages that install 535: refused for what they are.
+    pytest.param({"driver_branch": "525"}, "stack_driver_method", "allowed for it: runfile, cuda_repo", id="driver-10"),
     pytest.param(
         {"cuda_extra_versions": ["12.4"]},
         "stack_cuda_extra_versions",

@@ -110,7 +110,7 @@ def test_check_mode_changes_nothing_for_each_scenarios_methods(check_mode_run, s
         ),
         pytest.param(
             {"stack_name": "ms2.2-cuda11.6", "stack_driver_branch": "470"},
-            ["stack_driver_branch:", "below the minimum 510.39.01", "allowed: 510"],
+            ["stack_driver_branch:", "below the minimum 510.39.01", "allowed: 510, 525, 535, 570"],
             id="driver-below-cuda",
         ),
         pytest.param(

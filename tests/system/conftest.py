@@ -1,5 +1,5 @@
 """System tests share one provisioned host (MSGPU_VERIFY_INVENTORY, set by ./toolkit test): the module
-that uninstalls the stack runs last."""
+that changes the driver branch runs second to last, the one that uninstalls the stack last."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-LAST = "test_uninstall.py"
+# Last, in this order: the driver branch change (the host then has another branch than the stack's),
+# then the uninstall (it removes what every other module uses).
+LAST = ("test_driver_upgrade.py", "test_uninstall.py")
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path.name == LAST)
+    items.sort(key=lambda item: LAST.index(item.path.name) + 1 if item.path.name in LAST else 0)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
 STACK = CATALOG["stacks"][CATALOG["default_stack"]]
-DRIVER_PACKAGES = CATALOG["driver"][STACK["driver_branch"]]["distro"]["packages"]
+# Any branch's driver packages: test_driver_upgrade.py, which runs just before, leaves another branch than
+# the stack's, and the uninstall must remove whichever the host has.
+BRANCH_PACKAGE = re.compile(r"^((lib)?nvidia-[a-z0-9-]*?-([0-9]{3})(-.*)?|cuda-drivers(-fabricmanager)?-([0-9]{3}))$")
 CUDA = STACK["cuda"]
 OPENMPI_PACKAGES = CATALOG["openmpi"][STACK["openmpi"]]["distro"]["ubuntu-20.04"]
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
@@ -46,12 +48,14 @@ def state(host: str) -> dict[str, object]:
         # db:Status-Abbrev: the wanted state ("i"nstall, "h"old, ...) then the status ("i"nstalled, ...)
         return sorted(fields[0] for fields in map(str.split, out.splitlines()) if fields[1:] and fields[1][1:2] == "i")
 
+    every = on_host(host, "dpkg-query -W -f='${Package}\\n'").stdout.split()
+
     def exists(path: str) -> bool:
         return on_host(host, f"test -e {path} || test -L {path}").returncode == 0
 
     return {
         "dkms": on_host(host, "dkms status 2>/dev/null | grep -i '^nvidia' || true").stdout.strip(),
-        "driver_packages": installed(DRIVER_PACKAGES),
+        "driver_packages": installed([p for p in every if BRANCH_PACKAGE.match(p)] or ["nvidia-dkms-470"]),
         "held": sorted(on_host(host, "apt-mark showhold").stdout.split()),
         "blacklist": exists("/etc/modprobe.d/blacklist-nouveau.conf"),
         "cuda_tree": exists(f"/usr/local/cuda-{CUDA}"),
@@ -112,8 +116,10 @@ def recap(proc: subprocess.CompletedProcess) -> list[tuple[str, int, int, int]]:
 
 def test_the_host_had_the_stack_before(before):
     assert before["dkms"] and "installed" in str(before["dkms"]), before
-    assert before["driver_packages"] == sorted(DRIVER_PACKAGES), before
-    assert set(DRIVER_PACKAGES) <= set(before["held"]), before
+    branches = {m.group(1) for m in map(re.compile(r"^nvidia-dkms-([0-9]{3})$").match, before["driver_packages"]) if m}
+    assert len(branches) == 1, before["driver_packages"]
+    wanted = CATALOG["driver"][branches.pop()]["distro"]["packages"]
+    assert set(wanted) <= set(before["driver_packages"]) and set(wanted) <= set(before["held"]), before
     assert before["cuda_tree"] and before["cuda_link"] and before["cuda_env"], before
     assert any("libcudnn" in f for f in before["libraries"]) and any("libnccl" in f for f in before["libraries"])
     assert before["openmpi"] and before["venvs"] and before["mindspore_env"], before
@@ -128,7 +134,7 @@ def test_uninstall_succeeds(first):
 def test_driver_module_packages_holds_and_blacklist_are_gone(after):
     assert after["dkms"] == "", after["dkms"]
     assert after["driver_packages"] == [], after
-    assert not set(DRIVER_PACKAGES) & set(after["held"]), after["held"]
+    assert not [p for p in after["held"] if BRANCH_PACKAGE.match(p.split(":")[0])], after["held"]
     assert not after["blacklist"]
 
 

@@ -185,9 +185,10 @@ def test_470_refuses_an_rtx_4090_naming_it_and_the_branches_that_drive_it(check)
         'stack_driver_branch: "470" does not drive GPU 10de:2684 (NVIDIA GeForce RTX 4090) on gpu01'
     )
     assert "at 0000:01:00.0" in error
-    assert "which branches 510, 535, 570 drive" in error
-    # The catalog's 510 installs focal's nvidia-driver-510, a transitional package for 535.
-    assert error.endswith('allowed: a branch that drives every GPU of the host: 510 (or "auto").')
+    # 510 and 525 are in the catalog only as runfiles and CUDA-repository packages (focal's are transitional):
+    # the distro method's choices are the branches whose own packages drive the GPU.
+    assert "which branches 535, 570 drive" in error
+    assert error.endswith('allowed: a branch that drives every GPU of the host: 570, 535 (or "auto").')
 
 
 def test_470_refuses_an_h100(check):
@@ -198,7 +199,7 @@ def test_470_refuses_an_h100(check):
 def test_a_mixed_box_is_refused_for_the_gpu_the_branch_lacks_only(check):
     (error,) = check("mixed", "470")["errors"]
     assert "10de:2684" in error and "10de:2204" not in error
-    assert check("mixed", "510")["errors"] == []
+    assert check("mixed", "535")["errors"] == []
 
 
 def test_newer_branches_drive_everything(check, gpu_ids):
@@ -235,7 +236,7 @@ def test_the_runfile_510_is_not_checked_against_535s_list(check):
 
 def test_a_branch_outside_the_catalog(check):
     (error,) = check("rtx3090x4", "999")["errors"]
-    assert error == 'stack_driver_branch: "999" is not in the catalog; allowed: 510, 470 (or "auto").'
+    assert error == 'stack_driver_branch: "999" is not in the catalog; allowed: 570, 535, 525, 510, 470 (or "auto").'
 
 
 # --- no GPU -----------------------------------------------------------------------------------
@@ -283,10 +284,15 @@ def test_auto_meets_the_cuda_minimum(check, gpu_ids, catalog):
     # CUDA 11.6 needs 510.39.01: 470 is out even for a 3090.
     result = check("rtx3090x4", "auto", branches_of(gpu_ids, "470", "535"), minimum="510.39.01")
     assert result["branch"] == "535"
-    result = check("rtx3090x4", "auto", minimum="510.39.01")  # the real catalog: 470 (470.86) and 510 (510.47.03)
-    assert result["branch"] == "510"
-    assert "meets the stack's CUDA minimum driver 510.39.01 (driver 510.47.03)" in result["reason"]
-    assert "transitional package for branch 535 (installs nvidia-driver-535 535.230.02" in result["reason"]
+    # The real catalog with the distro method: 570 is the newest with focal packages.
+    result = check("rtx3090x4", "auto", minimum="510.39.01")
+    assert result["branch"] == "570"
+    assert "meets the stack's CUDA minimum driver 510.39.01 (driver 570.133.07)" in result["reason"]
+    # auto never picks a branch whose GPU list is unknown for the method (the runfile 510: focal's 510
+    # packages are transitional), and says so.
+    only = {b: catalog["driver"][b] for b in ("470", "510")}
+    (error,) = check("rtx3090x4", "auto", only, minimum="510.39.01", method="runfile")["errors"]
+    assert "510: nvidia-driver-510" in error and "no package lists what the runfile method's 510 driver drives" in error
 
 
 def test_auto_refuses_when_nothing_fits(check, gpu_ids):

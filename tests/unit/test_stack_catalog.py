@@ -389,3 +389,30 @@ def test_an_unknown_method_names_the_empty_choice_readably(resolve):
 def test_allowed_lists_never_start_with_an_empty_entry(stack_catalog):
     assert stack_catalog._allowed(["", "distro", "runfile"]) == "'' (the default), distro, runfile"
     assert stack_catalog._allowed([]) == "(none)"
+
+
+def test_auto_resolves_the_newest_branch_with_the_method_until_the_host_preflight_sees_the_gpus(resolve):
+    """The catalog step's provisional choice for stack_driver_branch: auto (roles/stack/tasks/host.yml then
+    chooses per host from its GPUs with the same rules, filter stack_gpu_support)."""
+    driver = resolve(driver_branch="auto")["stack"]["driver"]
+    assert (driver["requested"], driver["branch"], driver["method"]) == ("auto", "570", "distro")
+    assert driver["packages"] == [
+        "nvidia-dkms-570",
+        "nvidia-utils-570",
+        "nvidia-compute-utils-570",
+        "libnvidia-compute-570",
+    ]
+    runfile = resolve(driver_branch="auto", driver_method="runfile")["stack"]["driver"]
+    assert (runfile["branch"], runfile["version"]) == ("570", "570.133.07")
+    assert runfile["artifact"]["file"] == "NVIDIA-Linux-x86_64-570.133.07.run"
+    assert resolve(driver_branch="535")["stack"]["driver"]["requested"] == "535"
+
+
+def test_focals_transitional_branches_are_refused_for_the_distro_method_saying_what_they_install(resolve):
+    for branch in ("510", "525"):
+        (error,) = resolve(driver_branch=branch)["errors"]
+        assert error.startswith(f"stack_driver_method: 'distro' is not offered for NVIDIA driver branch {branch}: ")
+        assert "transitional packages that install branch 535 (535.230.02)" in error
+        assert 'stack_driver_branch: "535"' in error and error.endswith("allowed for it: runfile, cuda_repo")
+        assert resolve(driver_branch=branch, driver_method="runfile")["errors"] == []
+    assert resolve(name="ms2.2-cuda11.6")["stack"]["driver"]["branch"] == "535"

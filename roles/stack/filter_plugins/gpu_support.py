@@ -18,6 +18,7 @@ from typing import Any
 DATA_FILE = "catalog/gpu_ids.yml"
 REGENERATE = "python -m testbed.gpu_ids"
 VARIABLE = "stack_driver_branch"
+METHODS = ("distro", "runfile", "cuda_repo")
 DEVID_RE = re.compile(r"^(?:(?:0x)?10de:)?(?:0x)?([0-9a-f]{4})$")
 
 
@@ -72,6 +73,12 @@ class _Check:
             return set(record["ids"]), f"{what} (installs {record.get('package')} {record.get('version')})"
         return set(record.get("ids", [])), ""
 
+    def has_method(self, branch: str) -> bool:
+        """Whether the catalog installs this branch with the run's driver method (an entry that names no
+        method at all, as in some tests, counts as having every one)."""
+        entry = self.catalog.get(branch, {})
+        return self.method in entry or not any(m in entry for m in METHODS)
+
     def version(self, branch: str) -> str:
         return str(self.catalog.get(branch, {}).get("version", branch))
 
@@ -88,7 +95,10 @@ class _Check:
         return sorted(branches, key=version_key, reverse=True)
 
     def fits(self, branch: str, devids: set[str]) -> str:
-        """'' when the branch drives every one of devids and meets CUDA's minimum, else why not."""
+        """'' when the branch has the driver method, drives every one of devids and meets CUDA's minimum, else
+        why not."""
+        if not self.has_method(branch):
+            return f"no {self.method} install of it in the catalog"
         if not self.meets_minimum(branch):
             return f"driver {self.version(branch)} is below the stack's CUDA minimum {self.minimum}"
         if not devids:
@@ -105,7 +115,7 @@ class _Check:
     def drivers_of(self, devid: str) -> list[str]:
         """Every branch, in the catalog or only in Ubuntu's packages, whose driver drives devid."""
         real = {b for b, r in self.records.items() if devid in r.get("ids", [])}
-        in_catalog = {b for b in self.catalog if devid in (self.driven(b)[0] or set())}
+        in_catalog = {b for b in self.catalog if self.has_method(b) and devid in (self.driven(b)[0] or set())}
         return sorted(real | in_catalog, key=version_key)
 
     # --- the decisions ---------------------------------------------------------------------

@@ -149,7 +149,14 @@ class _Resolver:
             )
             return chosen
         available = [m for m in known if m in entry]
-        if chosen not in entry:
+        unavailable = entry.get("unavailable", {}) or {}
+        if chosen not in entry and chosen in unavailable:
+            self.error(
+                variable,
+                f"'{chosen}' is not offered for {DISPLAY[component]} {version}: "
+                f"{' '.join(str(unavailable[chosen]).split())}; allowed for it: {_allowed(available)}",
+            )
+        elif chosen not in entry:
             alternatives = [v for v, e in self.catalog[component].items() if chosen in e and v != version]
             hint = f" (or a {DISPLAY[component]} version that has it: {_allowed(alternatives)})" if alternatives else ""
             self.error(
@@ -567,13 +574,46 @@ class _Resolver:
             "artifact": art(entry[method]) if method in entry else {},
         }
 
+    def auto_branch(self, stack: dict[str, Any], minimum: str) -> str:
+        """stack_driver_branch: auto, before the host's GPUs are known: the newest catalog branch that has the
+        chosen driver method and meets CUDA's minimum (the host preflight then picks per host among those)."""
+        method = str(self.setting("driver_method", "") or stack.get("default_methods", {}).get("driver", ""))
+        branches = self.catalog["driver"]
+        fitting = [
+            b
+            for b in sorted(branches, key=version_key, reverse=True)
+            if method in branches[b] and version_key(branches[b]["version"]) >= version_key(minimum)
+        ]
+        if not fitting:
+            self.error(
+                "stack_driver_branch",
+                f"'auto' found no catalog branch with the driver method '{method}' whose driver meets the minimum "
+                f"{minimum} of the stack's CUDA; allowed: {_allowed(b for b in branches if method in branches[b])} "
+                "with another stack_driver_method, or a stack with an older CUDA",
+            )
+            return ""
+        return fitting[0]
+
     def resolve_driver(
         self, stack: dict[str, Any], resolved: dict[str, Any], cuda_versions: list[str], art: Any
     ) -> None:
         branches = self.catalog["driver"]
         branch = self.text("driver_branch", str(stack["driver_branch"]))
+        minimum = max(
+            (self.catalog["cuda"][v]["minimum_driver"] for v in cuda_versions if v in self.catalog["cuda"]),
+            key=version_key,
+            default="0",
+        )
+        requested = branch
+        if branch == "auto":
+            branch = self.auto_branch(stack, minimum)
+            if not branch:
+                resolved["driver"] = {"branch": "auto", "requested": "auto", "minimum": minimum}
+                return
         if branch not in branches:
-            self.error("stack_driver_branch", f"'{branch}' is not in the catalog; allowed: {_allowed(branches)}")
+            self.error(
+                "stack_driver_branch", f"'{branch}' is not in the catalog; allowed: {_allowed(branches)}, or 'auto'"
+            )
             resolved["driver"] = {"branch": branch}
             return
         entry = branches[branch]
@@ -593,11 +633,6 @@ class _Resolver:
                 "stack_driver_version",
                 f"no runfile for driver {version} in branch {branch}; allowed: {_allowed(entry.get('runfile', {}))}",
             )
-        minimum = max(
-            (self.catalog["cuda"][v]["minimum_driver"] for v in cuda_versions if v in self.catalog["cuda"]),
-            key=version_key,
-            default="0",
-        )
         if version_key(version) < version_key(minimum):
             fits = [b for b, e in branches.items() if version_key(e["version"]) >= version_key(minimum)]
             self.error(
@@ -607,6 +642,8 @@ class _Resolver:
             )
         resolved["driver"] = {
             "branch": branch,
+            # "auto": the preflight chooses the branch per host from its GPUs (roles/stack/tasks/host.yml).
+            "requested": requested,
             "version": version,
             "method": method,
             "minimum": minimum,

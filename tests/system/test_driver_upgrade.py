@@ -1,0 +1,179 @@
+"""A driver branch change on the provisioned host, with real DKMS builds: the stack's 470 -> 535 with the
+whole site.yml, then `stack_driver_branch: auto` (on this GPU-less host: the newest catalog branch, 570).
+
+`./toolkit test` runs this module on molecule default's converged host after the other system tests and
+before test_uninstall.py (tests/system/conftest.py orders it), which then removes whichever branch is left.
+It asserts that each change leaves exactly the new branch (DKMS module for every kernel with headers, its
+packages installed and held, no package of the old branch), that CUDA, cuDNN, NCCL, TensorRT, the
+MindSpore venv and the env files are untouched (their files' change times, modes, owners and sizes), that a
+re-run changes nothing, and that the doctor explains the state a GPU host is in until its reboot (the old
+module still loaded: substituted /sys/module/nvidia/version).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+STACK = CATALOG["stacks"][CATALOG["default_stack"]]
+BRANCHES = CATALOG["driver"]
+FROM = STACK["driver_branch"]
+TO = "535"
+# What `auto` picks on a host without GPUs: the newest catalog branch with distro packages that meets the
+# stack's CUDA minimum (every branch does for CUDA 11.1).
+AUTO = max((b for b in BRANCHES if "distro" in BRANCHES[b]), key=lambda b: [int(x) for x in b.split(".")])
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+BRANCH_PACKAGE = re.compile(r"^((lib)?nvidia-[a-z0-9-]*?-([0-9]{3})(-.*)?|cuda-drivers(-fabricmanager)?-([0-9]{3}))$")
+# Every file of the other components, with what a rewrite cannot hide (ctime) and what a chmod/chown shows.
+UNTOUCHED = (
+    "find /usr/local/cuda-* /usr/local/cuda /usr/local/TensorRT-* /home/*/venvs /etc/msgpu/env /etc/ld.so.conf.d "
+    "-xdev -printf '%y %p %s %m %u:%g %C@ %l\\n' 2>/dev/null | sort"
+)
+
+
+@pytest.fixture(scope="module")
+def host(inventory: Path) -> str:
+    hosts = yaml.safe_load(inventory.read_text())["all"]["children"]["gpu_servers"]["hosts"]
+    assert len(hosts) == 1, hosts
+    return next(iter(hosts))
+
+
+def on_host(host: str, script: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["docker", "exec", host, "bash", "-c", script], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def playbook(inventory: Path, extra_vars: dict, tags: str = "") -> tuple[subprocess.CompletedProcess, float]:
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+    }
+    args = ["ansible-playbook", "-i", str(inventory), "site.yml", "-e", json.dumps(extra_vars)]
+    args += ["--tags", tags] if tags else []
+    started = time.monotonic()
+    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    return proc, time.monotonic() - started
+
+
+def changed(proc: subprocess.CompletedProcess, host: str) -> int:
+    rows = {h: (int(c), int(u), int(f)) for h, c, u, f in RECAP.findall(proc.stdout)}
+    assert proc.returncode == 0 and host in rows, proc.stdout[-5000:] + proc.stderr[-2000:]
+    count, unreachable, failed = rows[host]
+    assert unreachable == 0 and failed == 0, proc.stdout[-5000:]
+    return count
+
+
+def driver_state(host: str) -> dict:
+    packages = on_host(host, "dpkg-query -W -f='${db:Status-Status} ${Package}\\n'").stdout.splitlines()
+    installed = sorted(line.split()[1] for line in packages if line.startswith("installed "))
+    kernels = on_host(host, "for d in /lib/modules/*; do [ -e $d/build/Makefile ] && basename $d; done").stdout.split()
+    return {
+        "dkms": sorted(on_host(host, "dkms status -m nvidia").stdout.strip().splitlines()),
+        "kernels": sorted(kernels),
+        "branch_packages": [p.split(":")[0] for p in installed if BRANCH_PACKAGE.match(p.split(":")[0])],
+        "held": sorted(p.split(":")[0] for p in on_host(host, "apt-mark showhold").stdout.split()),
+    }
+
+
+def assert_only(branch: str, state: dict) -> None:
+    """Exactly `branch`: its DKMS module installed for every kernel with headers, only its packages, held."""
+    assert state["kernels"], state
+    built = [re.fullmatch(rf"nvidia, {branch}\.[0-9.]+, (\S+), x86_64: installed", line) for line in state["dkms"]]
+    assert all(built) and sorted(m.group(1) for m in built) == state["kernels"], state
+    others = [p for p in state["branch_packages"] if not re.search(rf"-{branch}(-|$)", p)]
+    assert others == [], f"packages of another branch are left: {others}"
+    wanted = sorted(BRANCHES[branch]["distro"]["packages"])
+    assert [p for p in wanted if p in state["branch_packages"]] == wanted, state
+    assert [p for p in state["held"] if BRANCH_PACKAGE.match(p)] == wanted, state["held"]
+
+
+@pytest.fixture(scope="module")
+def before(host: str) -> dict:
+    return {"driver": driver_state(host), "untouched": on_host(host, UNTOUCHED).stdout}
+
+
+@pytest.fixture(scope="module")
+def to_535(inventory: Path, host: str, before: dict) -> dict:
+    proc, wall = playbook(inventory, {"stack_driver_branch": TO})
+    print(f"site.yml, branch {FROM} -> {TO}: {wall:.1f} s wall")
+    state = {"proc": proc, "wall": wall, "driver": driver_state(host), "untouched": on_host(host, UNTOUCHED).stdout}
+    again, wall_again = playbook(inventory, {"stack_driver_branch": TO})
+    print(f"site.yml, branch {TO} again: {wall_again:.1f} s wall")
+    state.update({"again": again, "wall_again": wall_again})
+    return state
+
+
+@pytest.fixture(scope="module")
+def to_auto(inventory: Path, host: str, to_535: dict) -> dict:
+    tags = "preflight,nvidia_driver"
+    proc, wall = playbook(inventory, {"stack_driver_branch": "auto"}, tags)
+    print(f"site.yml --tags {tags}, branch {TO} -> auto ({AUTO}): {wall:.1f} s wall")
+    state = {"proc": proc, "wall": wall, "driver": driver_state(host), "untouched": on_host(host, UNTOUCHED).stdout}
+    again, wall_again = playbook(inventory, {"stack_driver_branch": "auto"}, tags)
+    print(f"site.yml --tags {tags}, auto again: {wall_again:.1f} s wall")
+    state.update({"again": again})
+    return state
+
+
+def test_the_host_starts_on_the_stacks_branch(before: dict) -> None:
+    assert FROM == "470" and FROM != TO
+    assert_only(FROM, before["driver"])
+    assert before["untouched"].count("\n") > 1000, before["untouched"][:2000]
+
+
+def test_the_branch_change_converges(to_535: dict, host: str) -> None:
+    assert changed(to_535["proc"], host) > 0
+    assert "removing the driver packages of other branches" in " ".join(to_535["proc"].stdout.split())
+
+
+def test_only_the_new_branch_is_left_built_and_held(to_535: dict) -> None:
+    assert_only(TO, to_535["driver"])
+
+
+def test_cuda_cudnn_nccl_tensorrt_and_the_venv_are_untouched(before: dict, to_535: dict) -> None:
+    assert to_535["untouched"] == before["untouched"]
+
+
+def test_a_rerun_after_the_change_changes_nothing(to_535: dict, host: str) -> None:
+    assert changed(to_535["again"], host) == 0
+
+
+def test_auto_chooses_the_newest_branch_says_why_and_moves_to_it(to_auto: dict, before: dict, host: str) -> None:
+    assert AUTO == "570"
+    assert changed(to_auto["proc"], host) > 0
+    assert f'auto chose "{AUTO}"' in " ".join(to_auto["proc"].stdout.split())
+    assert_only(AUTO, to_auto["driver"])
+    assert to_auto["untouched"] == before["untouched"]
+    assert changed(to_auto["again"], host) == 0
+
+
+def test_the_doctor_explains_a_host_not_yet_rebooted(to_auto: dict, host: str) -> None:
+    """On a GPU host the old module stays loaded until the reboot (nvidia_driver_reboot: false, or before
+    it): the loaded version is substituted, the user-space library is the host's real new one."""
+    loaded = "470.256.02"
+    doctor = ROOT / "verify" / "msgpu_verify" / "doctor.py"
+    subprocess.run(["docker", "cp", str(doctor), f"{host}:/tmp/msgpu-doctor.py"], check=True)
+    proc = on_host(
+        host,
+        f"mkdir -p /tmp/msgpu-sys/module/nvidia && echo {loaded} > /tmp/msgpu-sys/module/nvidia/version && "
+        "python3 /tmp/msgpu-doctor.py --sys /tmp/msgpu-sys --json -; rc=$?; "
+        "rm -rf /tmp/msgpu-sys /tmp/msgpu-doctor.py; exit $rc",
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    found = {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
+    mismatch = found["nvml-mismatch"]
+    assert loaded in mismatch["title"] and BRANCHES[AUTO]["version"] in mismatch["title"], mismatch
+    assert "reboot" in mismatch["fix"], mismatch
