@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,3 +95,34 @@ def inventory_for(tmp_path: Path, catalog):
         )
 
     return make
+
+
+# "fatal: [host]: FAILED! =>" and the task's result: YAML on the lines below it (ansible.cfg's
+# callback_result_format), or JSON on the same line.
+_FAILED = re.compile(r"^fatal: \[([^\]]+)\]: FAILED! =>(.*)$")
+
+
+def refusals(output: str) -> list[str]:
+    """Every line of every failed task's message in a run's output, as the task gave it: a refusal
+    line ("stack_cuda_version: ...; allowed: 11.1") stays one item, however the callback wrapped it.
+    A test that wants the variable's own line to say what is allowed looks there, not in the whole
+    output (where another line may carry the same words)."""
+    lines = output.splitlines()
+    found: list[str] = []
+    for index, line in enumerate(lines):
+        match = _FAILED.match(line)
+        if not match:
+            continue
+        if match.group(2).strip():
+            result = json.loads(match.group(2))
+        else:
+            block = []
+            for following in lines[index + 1 :]:
+                if following.strip() and not following[:1].isspace():
+                    break
+                block.append(following)
+            result = yaml.safe_load(textwrap.dedent("\n".join(block))) or {}
+        message = result.get("msg", "") if isinstance(result, dict) else ""
+        for item in message if isinstance(message, list) else [message]:
+            found.extend(str(item).splitlines())
+    return found

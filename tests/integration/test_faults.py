@@ -1,7 +1,8 @@
 """Faults survived, on a real Ubuntu 20.04 container: the loopback fixture mirror goes down, cuts a
 download mid-way, serves a corrupt file; the run is killed at five different points (while
 downloading, inside the CUDA installer, while unpacking cuDNN, during the driver's DKMS build, during
-MindSpore's pip install); another process holds the dpkg lock; dpkg was interrupted. Each test
+MindSpore's pip install); another process holds the dpkg lock; dpkg was interrupted; a library
+reports another version than the one expected (the cuda_library role's refusal). Each test
 asserts what the host holds afterwards, not only the exit status: no partial or unverified file
 where a later run would trust it, nothing installed from a bad download, and a re-run that converges
 to the same state as an undisturbed one (then changed=0).
@@ -31,7 +32,7 @@ import yaml
 import tasks
 from testbed import fixtures, mirror, sandbox
 
-from .conftest import ROOT, Host
+from .conftest import ROOT, Host, refusals
 
 CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
 STACK = CATALOG["stacks"][CATALOG["default_stack"]]
@@ -244,6 +245,11 @@ def test_killed_while_downloading_then_a_flaky_mirror_the_rerun_converges(runs):
     assert rc == 0, output[-4000:]
     assert runs.served.fetches(runfile_path()) - before == 3
     assert runs.host.sh(f"test -f {PREFIX}/.msgpu-installed").returncode == 0
+    # Converged: the next run changes nothing and downloads nothing (the cached runfile is trusted by its
+    # checksum, the toolkit by its marker).
+    rc, output, _ = runs.run("cuda.yml")
+    assert rc == 0 and recap(output) == (0, 0), output[-3000:]
+    assert runs.served.fetches(runfile_path()) - before == 3
 
 
 def test_killed_inside_the_cuda_installer_the_rerun_reinstalls_and_converges(runs):
@@ -284,32 +290,69 @@ def test_killed_while_unpacking_cudnn_the_rerun_converges(runs):
     assert rc == 0 and recap(output) == (0, 0), output[-3000:]
 
 
-def test_apt_waits_for_a_dpkg_lock_held_by_another_process(runs):
-    hold = 20
+def test_apt_waits_for_a_dpkg_lock_held_by_another_process(runs, tmp_path):
+    """Waiting, told apart from a run that never met the lock: the lock stays held until the run's own
+    `apt-get install` is under way, and then `hold` seconds longer. All that time apt downloads, unpacks and
+    installs nothing and the run goes on; once the lock is released apt installs and the run succeeds."""
+    host = runs.host
+    hold = 10
+    packages = ("openmpi-bin", "libopenmpi-dev")
+    apt_cache = "ls -A /var/cache/apt/archives /var/cache/apt/archives/partial"
+    unpacked = f"dpkg-query -W -f='${{db:Status-Status}}\\n' {' '.join(packages)} 2>/dev/null | grep -v not-installed"
+    assert host.sh(unpacked).stdout.strip() == "", "OpenMPI is there before the run"
+    cached = host.sh(apt_cache).stdout
+    # The install apt-get of the role (the apt module runs it with DPkg::Lock::Timeout = apt_lock_timeout).
+    installing = f"{unique('apt-get')}.* install .*{packages[0]}"
     locker = subprocess.Popen(
         [
             "docker",
             "exec",
-            runs.host.name,
+            "-i",
+            host.name,
             "python3",
             "-c",
-            "import fcntl, sys, time\n"
+            "import fcntl, sys\n"
             "files = [open(p, 'w') for p in ('/var/lib/dpkg/lock-frontend', '/var/lib/dpkg/lock')]\n"
             "[fcntl.lockf(f, fcntl.LOCK_EX) for f in files]\n"
             "print('locked', flush=True)\n"
-            f"time.sleep({hold})\n",
+            "sys.stdin.read()\n",  # held until the test closes stdin
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
-    started = time.monotonic()
-    rc, output, _ = runs.run("openmpi.yml")
-    waited = time.monotonic() - started
-    locker.wait(timeout=60)
-    assert rc == 0, output[-4000:]
-    assert waited >= hold - 2, f"apt did not wait for the lock ({waited:.0f} s)"
-    assert runs.host.sh("dpkg-query -W -f='${Status}' openmpi-bin").stdout == "install ok installed"
+    log = tmp_path / "openmpi.log"
+    run = None
+    try:
+        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+        with log.open("w") as sink:
+            run = subprocess.Popen(
+                runs.command("openmpi.yml"), stdout=sink, stderr=subprocess.STDOUT, env=runs.env(), cwd=ROOT
+            )
+        deadline = time.monotonic() + 600
+        while host.sh(f"pgrep -f {installing!r}").returncode != 0:
+            assert run.poll() is None, f"the run ended before apt met the lock:\n{log.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, "the run never reached apt's install"
+            time.sleep(0.2)
+        time.sleep(hold)
+        assert run.poll() is None, f"the run did not wait for the lock:\n{log.read_text()[-4000:]}"
+        assert host.sh(f"pgrep -f {installing!r}").returncode == 0, "apt-get stopped waiting for the lock"
+        assert host.sh("pgrep -x dpkg").returncode != 0, "dpkg ran while the lock was held"
+        assert host.sh(unpacked).stdout.strip() == "", "OpenMPI was unpacked while the lock was held"
+        assert host.sh(apt_cache).stdout == cached, "apt downloaded packages while the lock was held"
+    finally:
+        if locker.stdin is not None:
+            locker.stdin.close()  # the locker exits: the lock is released
+        locker.wait(timeout=60)
+        if run is not None and run.poll() is None:
+            try:
+                run.wait(timeout=900)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                raise
+    output = log.read_text()
+    assert run.returncode == 0, output[-4000:]
+    assert host.sh("dpkg-query -W -f='${Status}' openmpi-bin").stdout == "install ok installed"
 
 
 def flat(output: str) -> str:
@@ -401,3 +444,53 @@ def test_killed_during_the_mindspore_pip_install_the_rerun_rebuilds_the_venv(run
     assert imported.stdout.strip().splitlines()[-1] == release, imported.stdout
     rc, output, _ = runs.run("mindspore.yml")
     assert rc == 0 and recap(output) == (0, 0), output[-3000:]
+
+
+def version_code(library: str, version: str) -> int:
+    """What the library's version function returns for a release, as its header computes it (the role's
+    default expectation): cuDNN major*1000 + minor*100 + patch (major*10000 from 9 on); NCCL
+    major*1000 + minor*100 + patch up to 2.8, major*10000 + minor*100 + patch from 2.9 on."""
+    major, minor, patch = (int(part) for part in [*version.split("."), "0", "0"][:3])
+    scale = 10000 if (library == "cudnn" and major >= 9) or (library == "nccl" and (major, minor) > (2, 8)) else 1000
+    return major * scale + minor * 100 + patch
+
+
+def test_a_library_reporting_another_version_than_expected_is_refused(runs):
+    """The cuda_library role's version check: ncclGetVersion() must return nccl_expected_version. The
+    test bed's NCCL 2.8.4 tarball carries NCCL 2.14.3's real library (testbed/FIXTURES.md), so without the
+    test bed's setting the role expects 2.8.4's own code and must refuse, naming what the library returned,
+    what was expected and the variable that says it. The check comes after the install, which is complete
+    (marker written last, every recorded file present, no staging left): the run with the right
+    expectation then changes nothing and downloads nothing."""
+    host = runs.host
+    release = tasks._seed_nccl()["stack_nccl_version"]
+    tarball = CATALOG["nccl"][release]["tarball"]
+    fixture = fixtures.read_manifest(runs.served.root)[tarball["file"]]
+    reported, expected = int(fixture["reports_version"]), version_code("nccl", release)
+    assert reported != expected, "the fixture reports its release's own code: nothing to refuse"
+    path = f"nvidia_developer/{tarball['path']}"
+    before = runs.served.fetches(path)
+
+    # "" is the role's default: NCCL_VERSION_CODE of the stack's release.
+    rc, output, _ = runs.run("nccl.yml", {"nccl_expected_version": ""})
+    assert rc != 0 and recap(output)[1] == 1, output[-4000:]
+    refusal = (
+        f"ncclGetVersion() of {PREFIX}/lib64/libnccl.so.2 returned '{reported}', expected {expected} "
+        f"(nccl_expected_version, by default NCCL_VERSION_CODE of NCCL {release}; from {tarball['file']})."
+    )
+    assert refusal in refusals(output), (refusal, refusals(output), output[-4000:])
+    assert runs.served.fetches(path) - before == 1
+
+    marker = host.sh(f"cat {PREFIX}/.msgpu-nccl").stdout.strip()
+    assert marker == fixture["sha256"], f"install marker {marker!r}"
+    recorded = host.sh(f"cat {PREFIX}/.msgpu-nccl.files").stdout.split()
+    assert f"lib64/libnccl.so.{release.split('.')[0]}" in recorded and "include/nccl.h" in recorded, recorded
+    missing = host.sh(f"cd {PREFIX} && for f in {' '.join(recorded)}; do [ -e $f ] || echo $f; done").stdout.split()
+    assert missing == [], f"files the install recorded but left out: {missing}"
+    stage = "/var/cache/msgpu/staging/" + re.sub(r"(\.tar)?\.[A-Za-z]+$", "", tarball["file"])
+    assert host.sh(f"test -e {shlex.quote(stage)}").returncode != 0, f"{stage} left by the refused run"
+
+    rc, output, _ = runs.run("nccl.yml")
+    assert rc == 0 and recap(output) == (0, 0), output[-3000:]
+    assert f"ncclGetVersion() = {reported}" in flat(output), output[-3000:]
+    assert runs.served.fetches(path) - before == 1

@@ -1,12 +1,17 @@
 """Security rules every role and playbook keeps, checked on the source (fast, no host needed).
 
 The host-side counterpart is verify/testinfra/test_security.py (modes, owners, keyrings on a
-converged host); tests/unit/test_artifact_cache.py (an index password is never printed) and
-tests/integration/test_role_settings.py (a bad index URL's password is masked in the refusal) cover credentials.
+converged host). Credentials are covered by
+tests/unit/test_artifact_cache.py::test_an_index_password_is_never_printed (the artifact cache's
+reports never show an index URL's password) and
+tests/integration/test_role_settings.py::test_role_setting_is_refused_before_any_role_runs (a bad
+index URL's password is masked in the preflight's refusal); test_the_cited_credential_tests_exist
+proves these tests are there and check what they are cited for.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,3 +127,38 @@ def test_apt_sources_name_their_keyring():
     ]
     unsigned = [f"{where}: {line.strip()}" for where, line in lines if "signed-by" not in line]
     assert unsigned == [], unsigned
+
+
+# The credential tests the module docstring cites: test, a password it plants, and the assertion that
+# the password never shows.
+CITED_CREDENTIAL_TESTS = [
+    (
+        "tests/unit/test_artifact_cache.py::test_an_index_password_is_never_printed",
+        "http://msgpu:s3cret@",
+        'assert "s3cret" not in text',
+    ),
+    (
+        "tests/integration/test_role_settings.py::test_role_setting_is_refused_before_any_role_runs",
+        "ftp://user:secret@mirror.example/simple",
+        'assert "secret" not in flat',
+    ),
+]
+
+
+def test_the_cited_credential_tests_exist():
+    """A citation that goes stale (a test renamed, moved or deleted, or no longer checking the password)
+    fails here instead of leaving the docstring to claim a coverage no test gives."""
+    cited = set(re.findall(r"tests/\S+\.py::\w+", " ".join((__doc__ or "").split())))
+    assert cited == {test for test, _, _ in CITED_CREDENTIAL_TESTS}, cited
+    for test, planted, check in CITED_CREDENTIAL_TESTS:
+        path, name = test.split("::")
+        source = (ROOT / path).read_text()
+        functions = {
+            node.name: node
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef) and node.col_offset == 0
+        }
+        assert name in functions, f"{test} is cited for credentials but does not exist"
+        assert planted in source, f"{path} no longer plants the password {planted!r}"
+        body = ast.get_source_segment(source, functions[name]) or ""
+        assert check in body, f"{test} no longer checks `{check}`"

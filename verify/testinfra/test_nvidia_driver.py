@@ -95,8 +95,21 @@ def test_driver_package_installed_and_held(host, stack, package):
 
 
 def test_packages_match_the_stack(host, stack):
-    for package in stack["driver"]["packages"]:
-        assert host.package(package).is_installed, package
+    """The driver packages on the host are those of the stack's method: every package the stack lists
+    (distro: the branch's Ubuntu packages; cuda_repo: cuda-drivers-<branch>) is installed; the runfile
+    method lists none, and none of the branch's packages, of either method, is installed."""
+    driver = stack["driver"]
+    branch = CATALOG["driver"][driver["branch"]]
+    if driver["method"] == "runfile":
+        assert driver["packages"] == [], driver["packages"]
+        packaged = [*branch["distro"]["packages"], *branch.get("cuda_repo", {}).get("packages", [])]
+        assert packaged, f"the catalog lists no package for driver branch {driver['branch']}"
+        installed = [package for package in packaged if host.package(package).is_installed]
+        assert installed == [], f"driver packages installed next to the runfile's driver: {installed}"
+    else:
+        assert driver["packages"], f"the stack lists no package for the {driver['method']} driver"
+        missing = [package for package in driver["packages"] if not host.package(package).is_installed]
+        assert missing == [], f"driver packages of the stack not installed: {missing}"
 
 
 def test_cuda_repo_metapackage_and_its_driver_packages_are_held(host, stack, subtests):

@@ -9,8 +9,10 @@ cuBLAS and cuDNN, which the env file's LD_LIBRARY_PATH (the stack's CUDA lib64) 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +45,20 @@ def version_code(version: str) -> int:
     """NV_TENSORRT_VERSION: major*1000 + minor*100 + patch (7202 for 7.2.2.3, 8401 for 8.4.1.5)."""
     major, minor, patch = (int(part) for part in [*str(version).split("."), "0", "0"][:3])
     return major * 1000 + minor * 100 + patch
+
+
+def tarball_sha256(artifact: dict) -> str:
+    """The sha256 the role installs the tarball by (its install marker's content)."""
+    if artifact.get("sha256"):
+        return artifact["sha256"]
+    local = Path(artifact.get("local_path") or "")
+    if artifact.get("local_path") and local.is_file():
+        with local.open("rb") as tarball:
+            return hashlib.file_digest(tarball, "sha256").hexdigest()
+    pytest.fail(
+        f"no sha256 for {artifact['file']}: this host's settings pin none (stack_artifact_checksums) and give "
+        "no copy on the controller (stack_local_artifacts), so the role cannot have installed it"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +122,11 @@ def test_tarball_prefix_has_the_symlink_chain_and_belongs_to_root(host, prefix, 
     assert host.file(prefix).user == "root" and not host.file(prefix).mode & 0o022
     foreign = host.check_output(f"find {shlex.quote(prefix)} ! -user root -print")
     assert foreign == "", f"files in {prefix} not owned by root:\n{foreign}"
-    marker = host.file(f"{prefix}/.msgpu-installed").content_string.strip()
-    assert len(marker) == 64 and int(marker, 16) >= 0
+    # The marker (written last) holds the sha256 of the tarball that was unpacked: the one the stack pins
+    # (the inventory's stack_artifact_checksums), else that of the controller's copy (stack_local_artifacts).
+    marker = host.file(f"{prefix}/.msgpu-installed")
+    assert marker.is_file and marker.user == "root" and marker.mode == 0o644
+    assert marker.content_string.strip() == tarball_sha256(tensorrt["artifact"])
 
 
 def test_python_packages_of_the_method_are_installed(host, user, venv, tensorrt):
