@@ -248,8 +248,12 @@ def _scenario_stage(name: str, group_vars: dict, env: dict[str, str]) -> suite.S
     # The provisioned host outlives molecule's verify step for the system tests of playbooks/verify.yml,
     # then molecule destroys it. `--destroy never` also skips the sequence's first destroy, so leftovers
     # of an interrupted run are removed first.
+    # The host's own settings (the scenario's too: TensorRT is on there), so a site.yml run through this
+    # inventory (tests/system/test_driver_upgrade.py) converges the same stack.
     inventory = sandbox.write_inventory(
-        MOLECULE_VARS / name / "verify-inventory.yml", [VERIFY_HOST], {**group_vars, **_verify_vars()}
+        MOLECULE_VARS / name / "verify-inventory.yml",
+        [VERIFY_HOST],
+        {**group_vars, **SCENARIO_VARS[name], **_verify_vars()},
     )
     return suite.Stage(
         f"molecule {name}",

@@ -71,7 +71,12 @@ RESOLVER_REFUSALS = [
         "ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.0-cuda11.1, ms2.2-cuda11.6",
         id="name-0",
     ),
-    pytest.param({"mindspore_version": "1.7.0"}, "stack_mindspore_version", "allowed: ", id="mindspore_version-1"),
+    pytest.param(
+        {"mindspore_version": "1.7.0"},
+        "stack_mindspore_version",
+        "allowed: 1.5.1, 1.5.0, 1.10.0, 2.0.0, 2.2.14",
+        id="mindspore_version-1",
+    ),
     pytest.param(
         {"mindspore_version": "2.2.14"}, "stack_mindspore_version", "allowed: 1.5.1, 1.5.0", id="mindspore_version-2"
     ),

@@ -72,6 +72,12 @@ ROWS = [
     ),
     row(
         "spec",
+        {"nvidia_driver_module": "signed"},
+        'nvidia_driver_module: "signed" is not allowed; allowed: auto, dkms, precompiled (default: "auto").',
+        id="nvidia_driver-module",
+    ),
+    row(
+        "spec",
         {"nvidia_driver_hold": "maybe"},
         'nvidia_driver_hold: "maybe" is not allowed; allowed: true or false (default: true).',
         id="nvidia_driver-bool",

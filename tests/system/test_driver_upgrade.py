@@ -1,13 +1,15 @@
-"""A driver branch change on the provisioned host, with real DKMS builds: the stack's 470 -> 535 with the
-whole site.yml, then `stack_driver_branch: auto` (on this GPU-less host: the newest catalog branch, 570).
+"""Driver branch changes on the provisioned host, with real DKMS builds and Canonical's real signed modules:
+the stack's 470 -> 535 (DKMS) with the whole site.yml; 535 from DKMS to Canonical's signed precompiled
+modules (nvidia_driver_module: precompiled, the Secure Boot path); then `stack_driver_branch: auto` (on
+this GPU-less host: the newest catalog branch, 570), back on DKMS (auto without Secure Boot).
 
 `./toolkit test` runs this module on molecule default's converged host after the other system tests and
 before test_uninstall.py (tests/system/conftest.py orders it), which then removes whichever branch is left.
-It asserts that each change leaves exactly the new branch (DKMS module for every kernel with headers, its
-packages installed and held, no package of the old branch), that CUDA, cuDNN, NCCL, TensorRT, the
-MindSpore venv and the env files are untouched (their files' change times, modes, owners and sizes), that a
-re-run changes nothing, and that the doctor explains the state a GPU host is in until its reboot (the old
-module still loaded: substituted /sys/module/nvidia/version).
+It asserts that each change leaves exactly the new branch (its module for every kernel, its packages
+installed and held, no package of the old branch or the other module source), that CUDA, cuDNN, NCCL,
+TensorRT, the MindSpore venv and the env files are untouched (their files' change times, modes, owners and
+sizes), that each re-run changes nothing, and that the doctor explains the state a GPU host is in until its
+reboot (the old module still loaded: substituted /sys/module/nvidia/version).
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ TO = "535"
 # stack's CUDA minimum (every branch does for CUDA 11.1).
 AUTO = max((b for b in BRANCHES if "distro" in BRANCHES[b]), key=lambda b: [int(x) for x in b.split(".")])
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-BRANCH_PACKAGE = re.compile(r"^((lib)?nvidia-[a-z0-9-]*?-([0-9]{3})(-.*)?|cuda-drivers(-fabricmanager)?-([0-9]{3}))$")
+BRANCH_PACKAGE = re.compile(
+    r"^((lib)?nvidia-[a-z0-9-]*?-([0-9]{3})(-.*)?|cuda-drivers(-fabricmanager)?-([0-9]{3})"
+    r"|linux-(modules|objects)-nvidia-([0-9]{3})-.*)$"
+)
 # Every file of the other components, with what a rewrite cannot hide (ctime) and what a chmod/chown shows.
 UNTOUCHED = (
     "find /usr/local/cuda-* /usr/local/cuda /usr/local/TensorRT-* /home/*/venvs /etc/msgpu/env /etc/ld.so.conf.d "
@@ -116,8 +121,37 @@ def to_535(inventory: Path, host: str, before: dict) -> dict:
     return state
 
 
+def precompiled_state(host: str, branch: str) -> dict:
+    """Each installed kernel's module of the branch from Canonical's package: its signer."""
+    script = (
+        "for image in /boot/vmlinuz-*; do k=${image#/boot/vmlinuz-}; "
+        f"m=/lib/modules/$k/kernel/nvidia-{branch}/nvidia.ko; "
+        'echo "$k|$(modinfo -F signer $m 2>/dev/null)|$(modinfo -F version $m 2>/dev/null)"; done'
+    )
+    rows = [line.split("|") for line in on_host(host, script).stdout.splitlines()]
+    return {k: {"signer": signer, "version": version} for k, signer, version in rows}
+
+
 @pytest.fixture(scope="module")
-def to_auto(inventory: Path, host: str, to_535: dict) -> dict:
+def to_precompiled(inventory: Path, host: str, to_535: dict) -> dict:
+    tags = "preflight,nvidia_driver"
+    settings = {"stack_driver_branch": TO, "nvidia_driver_module": "precompiled"}
+    proc, wall = playbook(inventory, settings, tags)
+    print(f"site.yml --tags {tags}, branch {TO} DKMS -> precompiled: {wall:.1f} s wall")
+    state = {
+        "proc": proc,
+        "driver": driver_state(host),
+        "modules": precompiled_state(host, TO),
+        "untouched": on_host(host, UNTOUCHED).stdout,
+    }
+    again, wall_again = playbook(inventory, settings, tags)
+    print(f"site.yml --tags {tags}, precompiled again: {wall_again:.1f} s wall")
+    state.update({"again": again})
+    return state
+
+
+@pytest.fixture(scope="module")
+def to_auto(inventory: Path, host: str, to_precompiled: dict) -> dict:
     tags = "preflight,nvidia_driver"
     proc, wall = playbook(inventory, {"stack_driver_branch": "auto"}, tags)
     print(f"site.yml --tags {tags}, branch {TO} -> auto ({AUTO}): {wall:.1f} s wall")
@@ -151,11 +185,30 @@ def test_a_rerun_after_the_change_changes_nothing(to_535: dict, host: str) -> No
     assert changed(to_535["again"], host) == 0
 
 
+def test_precompiled_modules_replace_dkms_signed_by_canonical(to_precompiled: dict, before: dict, host: str) -> None:
+    assert changed(to_precompiled["proc"], host) > 0
+    state = to_precompiled["driver"]
+    assert state["dkms"] == [], state  # nvidia-dkms-535 and its module are gone
+    user_space = sorted(p for p in BRANCHES[TO]["distro"]["packages"] if not p.startswith("nvidia-dkms-"))
+    assert [p for p in state["held"] if BRANCH_PACKAGE.match(p)] == user_space, state["held"]
+    assert f"linux-modules-nvidia-{TO}-generic" in state["branch_packages"], state
+    assert not [p for p in state["branch_packages"] if not re.search(rf"-{TO}(-|$)", p)], state
+    modules = to_precompiled["modules"]
+    assert modules and all(m["signer"] == "Canonical Ltd. Kernel Module Signing" for m in modules.values()), modules
+    assert all(m["version"].startswith(f"{TO}.") for m in modules.values()), modules
+    for kernel in modules:
+        assert f"linux-modules-nvidia-{TO}-{kernel}" in state["branch_packages"], (kernel, state)
+    assert to_precompiled["untouched"] == before["untouched"]
+    assert changed(to_precompiled["again"], host) == 0
+
+
 def test_auto_chooses_the_newest_branch_says_why_and_moves_to_it(to_auto: dict, before: dict, host: str) -> None:
     assert AUTO == "570"
     assert changed(to_auto["proc"], host) > 0
     assert f'auto chose "{AUTO}"' in " ".join(to_auto["proc"].stdout.split())
+    # Back on DKMS (auto without Secure Boot): Canonical's modules of 535 left with the branch.
     assert_only(AUTO, to_auto["driver"])
+    assert not [p for p in to_auto["driver"]["branch_packages"] if p.startswith("linux-modules-nvidia-")]
     assert to_auto["untouched"] == before["untouched"]
     assert changed(to_auto["again"], host) == 0
 

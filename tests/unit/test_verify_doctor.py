@@ -332,6 +332,20 @@ def test_new_kernel_headers_without_module(tree: Tree) -> None:
     assert any("DKMS has not built it" in e for e in finding["evidence"])
 
 
+def test_canonicals_precompiled_module_counts_as_the_kernels_module(tree: Tree) -> None:
+    """linux-modules-nvidia-<branch>-<kernel> installs kernel/nvidia-<branch>/nvidia.ko (nvidia_driver_module:
+    precompiled): a kernel with headers and that module lacks nothing; under Secure Boot it is checked too."""
+    write(tree.root / "lib/modules/5.4.0-200-generic/build/Makefile", "all:\n")
+    module = tree.root / "lib/modules/5.4.0-200-generic/kernel/nvidia-535/nvidia.ko"
+    write(module, data=b"module" + doctor.MODULE_SIGNATURE_MAGIC)
+    assert "dkms-module-missing" not in by_id(tree.diagnose())
+    write(tree.sys / doctor.SECURE_BOOT_VAR, data=b"\x06\x00\x00\x00\x01")
+    (tree.root / f"lib/modules/{KERNEL}").rename(tree.root / "lib/modules/5.4.0-1-generic")
+    module.write_bytes(b"unsigned module")
+    finding = by_id(tree.diagnose())["secure-boot-unsigned-module"]
+    assert any("kernel/nvidia-535/nvidia.ko has no appended module signature" in e for e in finding["evidence"])
+
+
 def test_running_kernel_without_module(tree: Tree) -> None:
     (tree.root / f"lib/modules/{KERNEL}/updates/dkms/nvidia.ko").unlink()
     (tree.root / f"lib/modules/{KERNEL}/build/Makefile").unlink()

@@ -667,6 +667,8 @@ def _module_files(host: Host, kernel: str, module: str) -> List[Path]:
     files: List[Path] = []
     for sub in MODULE_SUBDIRS:
         files.extend(sorted((base / sub).glob(f"{module}.ko*")))
+    # Canonical's signed precompiled modules (linux-modules-nvidia-<branch>-<kernel>).
+    files.extend(sorted(base.glob(f"kernel/nvidia-[0-9]*/{module}.ko*")))
     return files
 
 

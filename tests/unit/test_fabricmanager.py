@@ -1,0 +1,298 @@
+"""NVSwitch hosts and NVIDIA's fabric manager (issue 15, NVSwitch systems): what gpu_check.py reads of
+apt (`apt-cache policy`) and how it picks the fabric manager version that equals the driver's, the regex
+the nvidia_driver role applies to the same answer (roles/nvidia_driver/tasks/fabricmanager.yml), and the
+catalog's `fabricmanager` entries. The real packages (focal's 470 installs, focal's 535 is refused) run in
+tests/integration/test_fabricmanager.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, load_module
+
+GPU_CHECK = ROOT / "roles" / "stack" / "files" / "gpu_check.py"
+FM_TASKS = ROOT / "roles" / "nvidia_driver" / "tasks" / "fabricmanager.yml"
+
+# `LC_ALL=C apt-cache policy` answers, as focal (Ubuntu's archive) and NVIDIA's CUDA repository give them.
+FOCAL_FM_535 = """\
+nvidia-fabricmanager-535:
+  Installed: (none)
+  Candidate: 535.247.01-0ubuntu0.20.04.1
+  Version table:
+     535.247.01-0ubuntu0.20.04.1 500
+        500 http://archive.ubuntu.com/ubuntu focal-updates/multiverse amd64 Packages
+        500 http://security.ubuntu.com/ubuntu focal-security/multiverse amd64 Packages
+"""
+FOCAL_COMPUTE_535 = """\
+libnvidia-compute-535:
+  Installed: (none)
+  Candidate: 535.230.02-0ubuntu0.20.04.1
+  Version table:
+     535.230.02-0ubuntu0.20.04.1 500
+        500 http://archive.ubuntu.com/ubuntu focal-updates/restricted amd64 Packages
+        500 http://security.ubuntu.com/ubuntu focal-security/restricted amd64 Packages
+"""
+FOCAL_FM_470_INSTALLED = """\
+nvidia-fabricmanager-470:
+  Installed: 470.256.02-0ubuntu0.20.04.1
+  Candidate: 470.256.02-0ubuntu0.20.04.1
+  Version table:
+ *** 470.256.02-0ubuntu0.20.04.1 500
+        500 http://archive.ubuntu.com/ubuntu focal-updates/multiverse amd64 Packages
+        100 /var/lib/dpkg/status
+     470.57.02-0ubuntu1 500
+        500 http://archive.ubuntu.com/ubuntu focal/multiverse amd64 Packages
+"""
+FOCAL_COMPUTE_470_INSTALLED = """\
+libnvidia-compute-470:
+  Installed: 470.256.02-0ubuntu0.20.04.1
+  Candidate: 470.256.02-0ubuntu0.20.04.1
+  Version table:
+ *** 470.256.02-0ubuntu0.20.04.1 500
+        500 http://archive.ubuntu.com/ubuntu focal-updates/restricted amd64 Packages
+        100 /var/lib/dpkg/status
+"""
+# NVIDIA's repository numbers its fabric manager -1 and its Ubuntu-style driver packages -0ubuntu1, and
+# keeps every release; with Ubuntu's archive also in the sources apt lists both.
+NVIDIA_FM_535 = """\
+nvidia-fabricmanager-535:
+  Installed: (none)
+  Candidate: 535.247.01-1
+  Version table:
+     535.247.01-1 600
+        600 https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64  Packages
+     535.247.01-0ubuntu0.20.04.1 500
+        500 http://archive.ubuntu.com/ubuntu focal-updates/multiverse amd64 Packages
+     535.230.02-1 600
+        600 https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64  Packages
+     535.183.06-1 600
+        600 https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64  Packages
+"""
+NVIDIA_COMPUTE_535_INSTALLED = """\
+libnvidia-compute-535:
+  Installed: 535.230.02-0ubuntu1
+  Candidate: 535.247.01-0ubuntu1
+  Version table:
+     535.247.01-0ubuntu1 600
+        600 https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64  Packages
+ *** 535.230.02-0ubuntu1 600
+        600 https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64  Packages
+        100 /var/lib/dpkg/status
+     535.230.02-0ubuntu0.20.04.1 500
+        500 http://archive.ubuntu.com/ubuntu focal-updates/restricted amd64 Packages
+"""
+UNKNOWN = ""  # apt-cache policy of a package apt does not know: nothing on stdout, exit status 0
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    return load_module("gpu_check", GPU_CHECK)
+
+
+def test_upstream_drops_epoch_and_debian_revision(gpu_check):
+    assert gpu_check.upstream("535.230.02-0ubuntu0.20.04.1") == "535.230.02"
+    assert gpu_check.upstream("535.247.01-1") == "535.247.01"
+    assert gpu_check.upstream("1:470.256.02-0ubuntu1") == "470.256.02"
+    assert gpu_check.upstream("470.256.02") == "470.256.02"
+    assert gpu_check.upstream("") == ""
+
+
+def test_policy_of_a_package_apt_has_but_not_installed(gpu_check):
+    assert gpu_check.parse_policy(FOCAL_FM_535) == {
+        "installed": "",
+        "candidate": "535.247.01-0ubuntu0.20.04.1",
+        "versions": ["535.247.01-0ubuntu0.20.04.1"],
+    }
+
+
+def test_policy_of_an_installed_package_lists_every_version_once(gpu_check):
+    assert gpu_check.parse_policy(FOCAL_FM_470_INSTALLED) == {
+        "installed": "470.256.02-0ubuntu0.20.04.1",
+        "candidate": "470.256.02-0ubuntu0.20.04.1",
+        "versions": ["470.256.02-0ubuntu0.20.04.1", "470.57.02-0ubuntu1"],
+    }
+
+
+def test_policy_of_an_unknown_package(gpu_check):
+    assert gpu_check.parse_policy(UNKNOWN) == {"installed": "", "candidate": "", "versions": []}
+
+
+def test_focal_535_has_no_fabric_manager_at_the_drivers_version(gpu_check):
+    found = gpu_check.fabricmanager(
+        gpu_check.parse_policy(FOCAL_FM_535), gpu_check.parse_policy(FOCAL_COMPUTE_535), "libnvidia-compute-535"
+    )
+    assert found["match"] == ""
+    assert (found["driver_upstream"], found["upstreams"], found["driver_installed"]) == (
+        "535.230.02",
+        ["535.247.01"],
+        False,
+    )
+
+
+def test_focal_470_matches(gpu_check):
+    found = gpu_check.fabricmanager(
+        gpu_check.parse_policy(FOCAL_FM_470_INSTALLED), gpu_check.parse_policy(FOCAL_COMPUTE_470_INSTALLED)
+    )
+    assert found["match"] == "470.256.02-0ubuntu0.20.04.1"
+    assert found["driver_installed"] is True
+
+
+def test_nvidia_repository_matches_the_installed_driver_across_debian_revisions(gpu_check):
+    """The installed driver (535.230.02, held) wins over apt's newer candidate; NVIDIA's -1 package of the
+    same upstream version is the one to install."""
+    found = gpu_check.fabricmanager(
+        gpu_check.parse_policy(NVIDIA_FM_535), gpu_check.parse_policy(NVIDIA_COMPUTE_535_INSTALLED)
+    )
+    assert found["driver"] == "535.230.02-0ubuntu1"
+    assert found["match"] == "535.230.02-1"
+
+
+def test_an_installed_fabric_manager_at_the_drivers_version_is_kept(gpu_check):
+    """An installed fabric manager of the same upstream version is kept, whatever newer revision apt has."""
+    fm = gpu_check.parse_policy(FOCAL_FM_470_INSTALLED)
+    fm["versions"].insert(0, "470.256.02-0ubuntu0.20.04.2")
+    driver = gpu_check.parse_policy(FOCAL_COMPUTE_470_INSTALLED)
+    assert gpu_check.fabricmanager(fm, driver)["match"] == "470.256.02-0ubuntu0.20.04.1"
+
+
+def test_no_driver_version_no_match(gpu_check):
+    found = gpu_check.fabricmanager(gpu_check.parse_policy(FOCAL_FM_535), gpu_check.parse_policy(UNKNOWN))
+    assert (found["driver"], found["match"]) == ("", "")
+
+
+@pytest.fixture
+def stand_in_apt(tmp_path):
+    """An `apt-cache` on PATH that answers `policy PACKAGE` from the answers above (and logs its
+    arguments and locale): gpu_check.py as the preflight runs it, without a Debian host."""
+    answers = {
+        "nvidia-fabricmanager-535": FOCAL_FM_535,
+        "libnvidia-compute-535": FOCAL_COMPUTE_535,
+        "nvidia-fabricmanager-470": FOCAL_FM_470_INSTALLED,
+        "libnvidia-compute-470": FOCAL_COMPUTE_470_INSTALLED,
+    }
+    (tmp_path / "answers.json").write_text(json.dumps(answers))
+    script = tmp_path / "bin" / "apt-cache"
+    script.parent.mkdir()
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            #!{sys.executable}
+            import json, os, sys
+            with open({str(tmp_path / "log")!r}, "a") as log:
+                log.write(" ".join(sys.argv[1:]) + " LC_ALL=" + os.environ.get("LC_ALL", "") + "\\n")
+            assert sys.argv[1] == "policy"
+            sys.stdout.write(json.load(open({str(tmp_path / "answers.json")!r})).get(sys.argv[2], ""))
+            """
+        )
+    )
+    script.chmod(0o755)
+    return tmp_path
+
+
+def test_gpu_check_reads_each_pair_from_apt(tmp_path, stand_in_apt):
+    """The preflight's call: every fabric manager of the method's branches with its driver package."""
+    devices = tmp_path / "sys" / "bus" / "pci" / "devices"
+    hgx = [(f"0000:{bus:02x}:00.0", "0x20b0", "0x030200") for bus in range(0x07, 0x0F)]  # 8x A100 SXM4
+    hgx += [(f"0000:{bus:02x}:00.0", "0x1af1", "0x068000") for bus in range(0x80, 0x86)]  # 6 NVSwitches
+    for slot, device, klass in hgx:
+        (devices / slot).mkdir(parents=True)
+        for name, value in (("vendor", "0x10de"), ("device", device), ("class", klass)):
+            (devices / slot / name).write_text(value + "\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(GPU_CHECK),
+            "--sysfs-root",
+            str(tmp_path / "sys"),
+            "--fabricmanager",
+            "nvidia-fabricmanager-535=libnvidia-compute-535",
+            "--fabricmanager",
+            "nvidia-fabricmanager-470=libnvidia-compute-470",
+            "--apt",
+            "cuda-drivers-535",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PATH": f"{stand_in_apt / 'bin'}{os.pathsep}{os.environ['PATH']}", "LC_ALL": "de_DE.UTF-8"},
+    )
+    found = json.loads(result.stdout)
+    assert [g["id"] for g in found["gpus"]] == ["10de:20b0"] * 8
+    assert [s["id"] for s in found["nvswitches"]] == ["10de:1af1"] * 6
+    assert found["fabricmanager"]["nvidia-fabricmanager-535"]["match"] == ""
+    assert found["fabricmanager"]["nvidia-fabricmanager-535"]["driver_package"] == "libnvidia-compute-535"
+    assert found["fabricmanager"]["nvidia-fabricmanager-470"]["match"] == "470.256.02-0ubuntu0.20.04.1"
+    assert found["apt"] == {"cuda-drivers-535": {"installed": "", "candidate": "", "versions": []}}
+    # apt's English answer whatever the host's locale ("Installed:", not "Installiert:").
+    assert set(re.findall(r"LC_ALL=(\S*)", (stand_in_apt / "log").read_text())) == {"C"}
+
+
+def test_gpu_check_without_apt_options_is_unchanged(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(GPU_CHECK), "--sysfs-root", str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    assert json.loads(result.stdout) == {"gpus": [], "nvswitches": []}
+
+
+def test_gpu_check_without_apt_cache(tmp_path):
+    """A host without apt (the preflight refuses its OS anyway): no versions, no crash."""
+    result = subprocess.run(
+        [sys.executable, str(GPU_CHECK), "--sysfs-root", str(tmp_path), "--fabricmanager", "a=b"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PATH": str(tmp_path)},
+    )
+    assert json.loads(result.stdout)["fabricmanager"]["a"]["match"] == ""
+
+
+# --- the nvidia_driver role reads the same answer with a regex of its own --------------------------
+
+
+def _role_vars() -> dict:
+    tasks = yaml.safe_load(FM_TASKS.read_text())
+    return next(
+        t["vars"] for t in tasks if t.get("name") == "Choose the fabric manager version that equals the driver's"
+    )
+
+
+@pytest.mark.parametrize(
+    "answer", [FOCAL_FM_535, FOCAL_FM_470_INSTALLED, NVIDIA_FM_535, NVIDIA_COMPUTE_535_INSTALLED, UNKNOWN]
+)
+def test_the_roles_version_table_regex_agrees_with_gpu_check(gpu_check, answer):
+    pattern = _role_vars()["__nvidia_driver_fm_table_regex"]
+    table = re.findall(pattern, answer, re.MULTILINE)
+    # The role reads the same versions, in apt's order (the installed one may appear twice there: it
+    # comes first anyway).
+    assert list(dict.fromkeys(table)) == gpu_check.parse_policy(answer)["versions"]
+
+
+# --- the catalog ------------------------------------------------------------------------------------
+
+
+def test_catalog_fabric_managers(catalog):
+    """Every `fabricmanager` names the branch's nvidia-fabricmanager-<branch> and a driver package of the
+    branch that every method installs (libnvidia-compute-<branch>: also with precompiled modules)."""
+    seen = []
+    for branch, entry in catalog["driver"].items():
+        assert "fabricmanager" not in entry.get("runfile", {}), f"{branch}: the runfile has no fabric manager"
+        for method in ("distro", "cuda_repo"):
+            fm = entry.get(method, {}).get("fabricmanager")
+            if fm is None:
+                continue
+            seen.append((branch, method))
+            assert fm == {"package": f"nvidia-fabricmanager-{branch}", "version_of": f"libnvidia-compute-{branch}"}
+            if method == "distro":
+                assert fm["version_of"] in entry["distro"]["packages"]
+    # focal has one for each of its branches (470 at its driver's version; 535 and 570 at others, which the
+    # preflight refuses on NVSwitch hosts); NVIDIA's repository for every branch.
+    assert [b for b, m in seen if m == "distro"] == [b for b, e in catalog["driver"].items() if "distro" in e]
+    assert [b for b, m in seen if m == "cuda_repo"] == list(catalog["driver"])
