@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.system.test_verify import host_results, run_verify
+from tests.system.test_verify import SHARED_CORES, host_results, run_verify
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
@@ -35,7 +35,13 @@ def checked(inventory: Path, tmp_path_factory: pytest.TempPathFactory):
     proc, wall = run_verify(
         inventory,
         results,
-        {"verify_quick": True, "verify_serving": True, "verify_judge": False, "verify_distributed": False},
+        {
+            "verify_quick": True,
+            "verify_serving": True,
+            "verify_judge": False,
+            "verify_distributed": False,
+            **SHARED_CORES,
+        },
     )
     print(f"verify.yml --quick with the Serving check on the default stack: {wall:.1f} s wall")
     return results, proc, wall
