@@ -16,15 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+# Any branch's driver packages: test_driver_upgrade.py, which runs just before, leaves another branch than
+# the stack's, and the uninstall must remove whichever the host has.
+from tests.system.test_driver_upgrade import BRANCH_PACKAGE
+
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
 STACK = CATALOG["stacks"][CATALOG["default_stack"]]
-# Any branch's driver packages: test_driver_upgrade.py, which runs just before, leaves another branch than
-# the stack's, and the uninstall must remove whichever the host has.
-BRANCH_PACKAGE = re.compile(
-    r"^((lib)?nvidia-[a-z0-9-]*?-([0-9]{3})(-.*)?|cuda-drivers(-fabricmanager)?-([0-9]{3})"
-    r"|linux-(modules|objects)-nvidia-([0-9]{3})-.*)$"
-)
 CUDA = STACK["cuda"]
 OPENMPI_PACKAGES = CATALOG["openmpi"][STACK["openmpi"]]["distro"]["ubuntu-20.04"]
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
