@@ -46,7 +46,7 @@ def _converge(inventory: Path, tags: str) -> tuple[float, dict[str, int], str]:
 
 
 def run(out: Path, full: bool = False, group_vars_for=None) -> dict:
-    """Run the benchmark; `group_vars_for(root, base_url)` gives the sandbox group vars (tasks.py)."""
+    """Run the benchmark; `group_vars_for(root, base_url)` gives the sandbox group vars (scenarios.py)."""
     tags = "" if full else SUBSET
     root = fixtures.build_mirror()
     work = sandbox.CACHE / "bench-fleet"

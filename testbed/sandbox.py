@@ -6,8 +6,8 @@ Ubuntu pool, pinned by sha256 (Debian ships no Ubuntu keyring). The image is cac
 the recipe below, the keyring and the host's extra CA certificates (an intercepting proxy's CA
 must be trusted inside the container for pip and apt over HTTPS).
 
-Used by tasks.py (`invoke sandbox.up`, `invoke provision`), by molecule (through the
-MSGPU_SANDBOX_IMAGE environment variable) and by the integration tests.
+Used by the toolkit's tasks (cli/local.py: `./toolkit sandbox up`, `./toolkit provision`), by molecule
+(through the MSGPU_SANDBOX_IMAGE environment variable) and by the integration tests.
 """
 
 from __future__ import annotations
@@ -65,7 +65,17 @@ DISTROS = {
             f"deb {UBUNTU_ARCHIVE} focal-security main restricted universe multiverse\n"
         ),
         # python2.7-minimal: a real interpreter with no MindSpore wheel, for preflight tests.
-        include=("python3", "python3-apt", "ca-certificates", "pciutils", "kmod", "sudo", "python2.7-minimal"),
+        # ccache: the test bed's compiler cache for repeated DKMS builds (COMPILER_CACHE below).
+        include=(
+            "python3",
+            "python3-apt",
+            "ca-certificates",
+            "pciutils",
+            "kmod",
+            "sudo",
+            "python2.7-minimal",
+            "ccache",
+        ),
         keyring_url=f"{UBUNTU_ARCHIVE}/pool/main/u/ubuntu-keyring/ubuntu-keyring_2020.02.11.4_all.deb",
         keyring_sha256="2684fae16e90a9ff3cb4dc08a8af5bd9973d38763b60e5f458dea0b403a39788",
         keyring_member="./usr/share/keyrings/ubuntu-archive-keyring.gpg",
@@ -83,7 +93,29 @@ DISTROS = {
 }
 
 # Bump when the build steps in build_image() change, so cached images are rebuilt.
-RECIPE_VERSION = 3
+RECIPE_VERSION = 4
+
+# The test bed's compiler cache. One suite run builds the same NVIDIA kernel module for the same kernel
+# with DKMS several times (each molecule scenario, the runfile fixture, the fabric manager test): every
+# build is real (DKMS runs the module's own make, links and installs the .ko), and a container started
+# with a compiler cache (start_host(..., compiler_cache=True), the molecule scenarios' platforms) gets
+# identical compiler calls answered by ccache from the shared COMPILER_CACHE folder mounted at /ccache.
+# gcc-9 (Ubuntu 20.04's compiler, which DKMS and the kernel's make reach as cc, gcc or gcc-9) is
+# diverted in the image, before any host installs it, to gcc-9.real behind a wrapper that calls ccache
+# only when /ccache is mounted, and the real compiler otherwise. Nothing of this is part of the product.
+# The molecule scenarios' platforms mount this same folder (molecule/*/molecule.yml: `volumes`).
+COMPILER_CACHE = ROOT / ".cache" / "ccache"
+COMPILER_WRAPPER = """#!/bin/sh
+# Test bed only (testbed/sandbox.py): gcc-9 through ccache when the compiler cache is mounted.
+if [ -d /ccache ] && [ -x /usr/bin/ccache ]; then
+    CCACHE_DIR=/ccache exec /usr/bin/ccache /usr/bin/gcc-9.real "$@"
+fi
+exec /usr/bin/gcc-9.real "$@"
+"""
+# Kernel module builds: the same tree at the same path in every container; DKMS's conftest files are new.
+COMPILER_CACHE_CONF = (
+    "max_size = 4G\nhash_dir = false\nsloppiness = time_macros,include_file_mtime,include_file_ctime\n"
+)
 
 # Docker images keep services from starting (no init system); a real host runs them.
 POLICY_RC_D = "#!/bin/sh\nexit 101\n"
@@ -146,7 +178,7 @@ def _host_ca_files() -> list[Path]:
 def image_key(distro: Distro) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps(distro.__dict__, sort_keys=True).encode())
-    digest.update(f"{RECIPE_VERSION}{POLICY_RC_D}".encode())
+    digest.update(f"{RECIPE_VERSION}{POLICY_RC_D}{COMPILER_WRAPPER}".encode())
     for ca in _host_ca_files():
         digest.update(ca.read_bytes())
     return digest.hexdigest()[:16]
@@ -214,6 +246,25 @@ def build_image(flavour: str = "focal") -> str:
             policy = rootfs / "usr/sbin/policy-rc.d"
             policy.write_text(POLICY_RC_D)
             policy.chmod(0o755)
+            if "ccache" in distro.include:
+                # gcc-9 is not installed yet: the diversion makes its package unpack to gcc-9.real.
+                run(
+                    [
+                        "chroot",
+                        str(rootfs),
+                        "dpkg-divert",
+                        "--local",
+                        "--rename",
+                        "--divert",
+                        "/usr/bin/gcc-9.real",
+                        "--add",
+                        "/usr/bin/gcc-9",
+                    ],
+                    capture=True,
+                )
+                wrapper = rootfs / "usr/bin/gcc-9"
+                wrapper.write_text(COMPILER_WRAPPER)
+                wrapper.chmod(0o755)
             for ca in _host_ca_files():
                 shutil.copy(ca, rootfs / "usr/local/share/ca-certificates" / ca.name)
             run(["chroot", str(rootfs), "update-ca-certificates"], capture=True)
@@ -240,15 +291,38 @@ def build_image(flavour: str = "focal") -> str:
     return tag
 
 
-def start_host(name: str, flavour: str = "focal", network: str = "host") -> str:
+def compiler_cache_dir() -> Path:
+    """The compiler cache's folder on this machine, with its settings (see COMPILER_CACHE)."""
+    COMPILER_CACHE.mkdir(parents=True, exist_ok=True)
+    (COMPILER_CACHE / "ccache.conf").write_text(COMPILER_CACHE_CONF)
+    return COMPILER_CACHE
+
+
+def compiler_cache_stats(flavour: str = "focal") -> str:
+    """ccache's own statistics of the shared cache (hits, misses, size), or "" when it was never used."""
+    if not (COMPILER_CACHE / "ccache.conf").is_file() or not docker_ready():
+        return ""
+    mount = f"{COMPILER_CACHE}:/ccache"
+    result = run(
+        ["docker", "run", "--rm", "-v", mount, "-e", "CCACHE_DIR=/ccache", image_tag(flavour), "ccache", "-s"],
+        check=False,
+        capture=True,
+    )
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def start_host(name: str, flavour: str = "focal", network: str = "host", compiler_cache: bool = False) -> str:
     """(Re)create a sandbox container called `name`; returns its name.
 
     By default the container shares the machine's network namespace, so the fixture mirror
     that tests serve on 127.0.0.1 (testbed/mirror.py) is on the host's loopback too.
+    `compiler_cache`: mount the test bed's compiler cache (COMPILER_CACHE) for its DKMS builds.
     """
     tag = build_image(flavour)
     stop_host(name)
     cmd = ["docker", "run", "-d", "--name", name, "--hostname", name, "--label", LABEL, "--network", network]
+    if compiler_cache:
+        cmd += ["-v", f"{compiler_cache_dir()}:/ccache"]
     run([*cmd, tag], capture=True)
     return name
 
@@ -271,11 +345,13 @@ def write_inventory(
     down: Iterable[str] = (),
 ) -> Path:
     """An Ansible inventory that reaches the containers through the docker connection (`host_vars`:
-    settings of single hosts, over the group's).
+    settings of single hosts, over the group's), with the test bed's catalog (scenarios.testbed_catalog).
 
     `down`: hosts whose container a test stopped or never started (a powered-off server). They get no
     pipelining: with it, the docker connection plugin reports the missing container as a failed task,
     where SSH - the real fleets' connection - and the plugin without pipelining say unreachable."""
+    from testbed import scenarios  # testbed.scenarios imports this module
+
     off = set(down)
     inventory = {
         "all": {
@@ -290,6 +366,8 @@ def write_inventory(
                         "ansible_python_interpreter": "/usr/bin/python3",
                         # Sandbox containers have no GPU on purpose.
                         "stack_no_gpu": True,
+                        # The catalog with the fixture CUDA toolkit's size (scenarios.testbed_catalog).
+                        "stack_catalog_file": str(scenarios.testbed_catalog()),
                         **(group_vars or {}),
                     },
                 }

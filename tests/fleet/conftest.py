@@ -21,8 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-import tasks  # noqa: E402
-from testbed import fixtures, mirror, sandbox  # noqa: E402
+from testbed import fixtures, mirror, sandbox, scenarios  # noqa: E402
 from testbed import fleet as fleet_bed  # noqa: E402
 
 # Container names (MSGPU_FLEET_PREFIX lets two sessions on one machine keep out of each other's way).
@@ -105,7 +104,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     try:
         with mirror.serving(root) as served:
             group_vars = {
-                **tasks._sandbox_group_vars(root, fixtures.inventory_vars(root, served.base_url)),
+                **scenarios.sandbox_group_vars(root, fixtures.inventory_vars(root, served.base_url)),
                 "stack_artifact_cache_dir": str(cache),
             }
             yield Fleet(NAMES, served, cache, group_vars, tmp_path_factory.mktemp("fleet"))

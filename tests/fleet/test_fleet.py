@@ -4,13 +4,14 @@ hosts need it, and a rolling re-run that fetches and changes nothing."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
 
 import yaml
 
-import tasks
+from testbed import scenarios
 from tests.integration.conftest import FINGERPRINT
 
 from .conftest import RECAP, ROOT, Fleet
@@ -19,15 +20,18 @@ CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
 STACK = CATALOG["stacks"][CATALOG["default_stack"]]
 CUDA = STACK["cuda"]
 # The NVIDIA files of the default stack's methods, as paths on the (fixture) mirror; NCCL is the test
-# bed's, the seed's tarball (tasks._seed_nccl; the stack's own default, the PyPI wheel, is no NVIDIA file).
+# bed's, the seed's tarball (scenarios.seed_nccl; the stack's own default, the PyPI wheel, is no NVIDIA file).
 UPSTREAM = {
     "cuda": CATALOG["cuda"][CUDA]["runfile"],
     "cudnn": CATALOG["cudnn"][STACK["cudnn"]]["tarball"],
-    "nccl": CATALOG["nccl"][tasks._seed_nccl()["stack_nccl_version"]]["tarball"],
+    "nccl": CATALOG["nccl"][scenarios.seed_nccl()["stack_nccl_version"]]["tarball"],
 }
-# What these tests install: the parts that come from NVIDIA's servers, and OpenMPI for the MPI tests.
-# The driver (a real DKMS build per host) and the MindSpore venv are the molecule scenarios' job.
-TAGS = ["--tags", "preflight,cuda,cudnn,nccl,openmpi"]
+# What these tests install: two of the parts that come from NVIDIA's servers (CUDA, and NCCL into its
+# prefix), and OpenMPI for the MPI tests. Their claims (one fetch per file whatever the number of hosts,
+# parallel hosts, batches, offline runs) hold for any file; cuDNN (2 GB unpacked per host), the driver (a real
+# DKMS build per host) and the MindSpore venv are the molecule scenarios' job.
+INSTALLED = {component: UPSTREAM[component] for component in ("cuda", "nccl")}
+TAGS = ["--tags", "preflight,cuda,nccl,openmpi"]
 
 
 def mirror_path(entry: dict) -> str:
@@ -72,15 +76,16 @@ def test_fleet_converges_in_parallel_with_one_host_unreachable(fleet: Fleet):
     flat = " ".join(result.output.split())
     assert f"Fleet summary: 3 of 4 hosts finished ({', '.join(fleet.reachable)})." in flat, flat[-3000:]
     assert f"Did NOT finish (failed or unreachable, see the recap): {down}." in flat
-    for component, entry in UPSTREAM.items():
+    for component, entry in INSTALLED.items():
         assert fleet.served.fetches(mirror_path(entry)) == 1, (component, fleet.served.counts)
+    assert fleet.served.fetches(mirror_path(UPSTREAM["cudnn"])) == 0, fleet.served.counts
     # Real state on every reachable host: the toolkit answers, the libraries are there, the files match.
     pinned = fleet.group_vars["stack_artifact_checksums"]
     for host in fleet.reachable:
         nvcc = fleet.sh(host, f"source /etc/msgpu/env/cuda-{CUDA}.sh && nvcc --version")
         assert nvcc.returncode == 0 and re.search(r"release \d+\.\d+", nvcc.stdout), (host, nvcc.stderr)
         libs = fleet.sh(host, f"ls /usr/local/cuda-{CUDA}/lib64/ | grep -E '^lib(cudnn|nccl)\\.so\\.[0-9]+$'")
-        assert libs.stdout.split() == ["libcudnn.so.8", "libnccl.so.2"], (host, libs.stdout)
+        assert libs.stdout.split() == ["libnccl.so.2"], (host, libs.stdout)
         runfile = fleet.sh(host, f"sha256sum /var/cache/msgpu/artifacts/{UPSTREAM['cuda']['file']}")
         assert runfile.stdout.split()[:1] == [pinned[UPSTREAM["cuda"]["file"]]], (host, runfile)
         assert fleet.sh(host, "mpirun --version").returncode == 0
@@ -108,6 +113,61 @@ def test_rolling_rerun_fetches_nothing_and_changes_nothing(fleet: Fleet):
     assert fleet.served.counts == counts
     # The disk check counts only what is not installed yet (a re-run on a nearly full disk passes).
     flat = " ".join(result.output.split())
-    complete = flat.count("installed already: CUDA 11.1, cuDNN 8.0.5, NCCL 2.8.4.")
+    complete = flat.count("installed already: CUDA 11.1, NCCL 2.8.4.")
     assert complete >= len(fleet.reachable) and complete == flat.count("installed already:"), flat[-4000:]
     print(f"\nrolling re-run, 3 hosts in 2 batches: {result.seconds:.0f} s")
+
+
+def test_rolling_run_stops_at_a_failed_batch(fleet: Fleet):
+    """--batch 2 with the powered-off host in the first batch: that batch fails, the run stops there and names
+    the hosts it never started, which no play touched (no recap row, no OpenMPI pass); nothing more from
+    upstream."""
+    (down,) = fleet.stopped
+    first, *rest = fleet.reachable
+    counts = dict(fleet.served.counts)
+    inventory = fleet.inventory([down, *fleet.reachable])
+    toolkit = [str(Path(sys.prefix) / "bin" / "invoke"), "-r", str(ROOT), "provision", "-i", str(inventory)]
+    result = fleet.run([*toolkit, "--batch", "2", "--extra", " ".join(TAGS)])
+    flat = " ".join(result.output.split())
+    assert result.rc != 0, flat[-4000:]
+    assert (
+        f"Rolling run stopped at batch 1 of 2 ({down}, {first}); not started: {', '.join(rest)}. Fix the host, "
+        "then run again" in flat
+    ), flat[-4000:]
+    assert "batch 2/2" not in result.output and "OpenMPI for the whole fleet" not in result.output
+    assert sorted({host for host, *_ in RECAP.findall(result.output)}) == sorted([down, first]), result.output[-4000:]
+    assert fleet.served.counts == counts
+
+
+def test_fetch_then_an_offline_run_converges_a_fresh_host(fleet: Fleet, tmp_path: Path):
+    """`./toolkit fetch` fills a new cache folder from upstream, one request per file; an offline run
+    (stack_offline: true) from that folder then converges the host no run has provisioned yet (the one
+    powered off so far), with not one request upstream."""
+    (fresh,) = fleet.stopped
+    cache = tmp_path / "offline-cache"
+    counts = dict(fleet.served.counts)
+    components = json.dumps({"stack_fetch_components": sorted(INSTALLED)})
+    invoke = [str(Path(sys.prefix) / "bin" / "invoke"), "-r", str(ROOT)]
+    fetch_inventory = fleet.inventory([fresh], stack_artifact_cache_dir=str(cache))
+    only = ["--extra", f"-e '{components}'"]  # the files of these tests' components
+    fetched = fleet.run([*invoke, "fetch", "-i", str(fetch_inventory), "--cache", str(cache), *only])
+    assert fetched.rc == 0, fetched.output[-4000:]
+    for component, entry in INSTALLED.items():
+        path = mirror_path(entry)
+        assert fleet.served.fetches(path) == counts.get(f"/{path}", 0) + 1, (component, fleet.served.counts)
+    counts = dict(fleet.served.counts)
+    fleet.start(fresh)
+    try:
+        inventory = fleet.inventory([fresh], stack_artifact_cache_dir=str(cache), stack_offline=True)
+        result = fleet.playbook("site.yml", inventory, args=["--tags", "preflight,cuda,nccl"])
+        recap = result.recap()
+        assert result.rc == 0 and recap[fresh]["changed"] > 0, result.output[-4000:]
+        assert recap[fresh]["failed"] == recap[fresh]["unreachable"] == 0, result.output[-4000:]
+        assert fleet.served.counts == counts
+        nvcc = fleet.sh(fresh, f"source /etc/msgpu/env/cuda-{CUDA}.sh && nvcc --version")
+        assert nvcc.returncode == 0 and re.search(r"release \d+\.\d+", nvcc.stdout), nvcc.stdout + nvcc.stderr
+        libs = fleet.sh(fresh, f"ls /usr/local/cuda-{CUDA}/lib64/ | grep -E '^lib(cudnn|nccl)\\.so\\.[0-9]+$'")
+        assert libs.stdout.split() == ["libnccl.so.2"], libs.stdout
+        print(f"\nfetch {fetched.seconds:.0f} s, then the offline converge of a fresh host {result.seconds:.0f} s")
+    finally:
+        fleet.stop(fresh)  # the MPI tests use the three hosts that ran everything

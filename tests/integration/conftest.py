@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from testbed import fingerprint, sandbox  # noqa: E402
+from testbed import fingerprint, fixtures, mirror, sandbox, scenarios  # noqa: E402
 from tests.conftest import unpinned_files  # noqa: E402
 
 # The host's state (packages, users, units, every file changed since the marker that _start touches,
@@ -46,14 +47,15 @@ class PlaybookRun:
 
 
 def run_playbook(
-    playbook: str, inventory: Path, extra_vars: dict | None = None, args: list[str] | None = None
+    playbook: str, inventory: Path, extra_vars: dict | None = None, args: list[str] | None = None, timeout: int = 600
 ) -> PlaybookRun:
+    """`timeout`: the run's limit in seconds (a converge with a DKMS build beside another stage wants more)."""
     cmd = [str(Path(sys.prefix) / "bin" / "ansible-playbook"), "-i", str(inventory), str(ROOT / "playbooks" / playbook)]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
     cmd += args or []
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    result = subprocess.run(cmd, text=True, capture_output=True, env=env, cwd=ROOT, timeout=600)
+    result = subprocess.run(cmd, text=True, capture_output=True, env=env, cwd=ROOT, timeout=timeout)
     return PlaybookRun(result.returncode, result.stdout + result.stderr)
 
 
@@ -62,6 +64,25 @@ def _start(name: str, flavour: str) -> Host:
     host = Host(name)
     assert host.sh("touch /msgpu-marker").returncode == 0
     return host
+
+
+@contextmanager
+def host_with_mirror(
+    name: str, folder: Path, settings: dict, compiler_cache: bool = False
+) -> Iterator[tuple[Host, mirror.Mirror, Path]]:
+    """A fresh focal host called `name`, the loopback fixture mirror serving it, and its inventory in `folder`
+    (the sandbox hosts' group vars with the mirror as NVIDIA's sources, then `settings`); the host is
+    removed afterwards. `compiler_cache`: its DKMS builds go through the test bed's compiler cache."""
+    root = fixtures.build_mirror()
+    sandbox.stop_host(name)
+    sandbox.start_host(name, compiler_cache=compiler_cache)
+    try:
+        with mirror.serving(root) as served:
+            group_vars = scenarios.sandbox_group_vars(root, fixtures.inventory_vars(root, served.base_url))
+            inventory = sandbox.write_inventory(folder / "inventory.yml", [name], {**group_vars, **settings})
+            yield Host(name), served, inventory
+    finally:
+        sandbox.stop_host(name)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,13 @@ The container has no GPU (stack_no_gpu: true): that skips the GPU checks, not th
   exactly the driver's version (a real DKMS build of the 470 module, 2-3 minutes), holds it with the
   driver packages and enables its unit (the symlink: systemd is not PID 1 in the container, and without a
   GPU the unit is not started); a re-run changes nothing; the driver's uninstall removes it too.
+
+The A100 board's tree also has Secure Boot on (its EFI variable, as test_secure_boot.py substitutes it) and
+the 470 converge asks for DKMS (nvidia_driver_module: dkms): the same converge is the DKMS signing path's,
+so that real module build (the longest step) runs once for both. Ubuntu's shim-signed, sbsigntool and mokutil,
+the key made by update-secureboot-policy, the module signed by Ubuntu's DKMS (kmodsign), the signer read back
+with modinfo; a container has no EFI variables, so mokutil cannot queue the enrolment here: the run says so
+and names the command (on a real host it queues it with a one-time password; untested here).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ HGX_H100 = [("0x2330", "0x030200")] * 8 + [("0x22a3", "0x068000")] * 4  # 8x H10
 HGX_A100 = [("0x20b0", "0x030200")] * 8 + [("0x1af1", "0x068000")] * 6  # 8x A100 SXM4, 6 NVSwitches (gen 2)
 TREES = {"h100": HGX_H100, "a100": HGX_A100}
 SYSFS = "/tmp/msgpu-sysfs-{}"
+SECURE_BOOT_VAR = "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 # As test_preflight.py's check-mode test: apt's package lists and caches are metadata, not state.
@@ -54,13 +62,16 @@ def _tree_script(root: str, functions: list[tuple[str, str]]) -> str:
 def host() -> Host:
     """A fresh focal host with both boards' trees (written before the fingerprints are taken)."""
     name = "msgpu-it-fabricmanager"
-    sandbox.start_host(name)
+    sandbox.start_host(name, compiler_cache=True)
     try:
         host = Host(name)
         assert host.sh("touch /msgpu-marker").returncode == 0
         for board, functions in TREES.items():
             made = host.sh(_tree_script(SYSFS.format(board), functions))
             assert made.returncode == 0, made.stderr
+        secure_boot = f"{SYSFS.format('a100')}/{SECURE_BOOT_VAR}"
+        made = host.sh(f"mkdir -p $(dirname {secure_boot}) && printf '\\006\\000\\000\\000\\001' > {secure_boot}")
+        assert made.returncode == 0, made.stderr
         yield host
     finally:
         sandbox.stop_host(name)
@@ -111,7 +122,12 @@ def refused_535(host: Host, board_inventory) -> dict:
     return {"result": result, "before": before, "after": _unchanged(host)}
 
 
-SETTINGS_470 = {"stack_sysfs_root": SYSFS.format("a100"), "stack_driver_branch": "470", "nvidia_driver_poll_seconds": 2}
+SETTINGS_470 = {
+    "stack_sysfs_root": SYSFS.format("a100"),
+    "stack_driver_branch": "470",
+    "nvidia_driver_module": "dkms",  # under Secure Boot: DKMS with module signing (auto would take Canonical's)
+    "nvidia_driver_poll_seconds": 5,
+}
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +152,9 @@ def converged_470(host: Host, board_inventory, checked_470: dict) -> dict:
     runs = {}
     for label in ("first", "again"):
         started = time.monotonic()
-        runs[label] = run_playbook("site.yml", inventory, args=["--tags", "preflight,nvidia_driver"])
+        # The first run builds the 470 module and installs the signing tools and the fabric manager: over
+        # 10 minutes on two busy cores.
+        runs[label] = run_playbook("site.yml", inventory, args=["--tags", "preflight,nvidia_driver"], timeout=1800)
         print(f"site.yml --tags preflight,nvidia_driver, branch 470 ({label}): {time.monotonic() - started:.1f} s")
     return {**runs, "inventory": inventory}
 
@@ -201,6 +219,33 @@ def test_the_fabric_manager_is_enabled_not_started(converged_470: dict, host: Ho
 
 def test_a_rerun_changes_nothing(converged_470: dict, host: Host) -> None:
     assert _changed(converged_470["again"], host) == 0, converged_470["again"].output[-6000:]
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_dkms_module_is_signed_with_the_hosts_generated_key(converged_470: dict, host: Host) -> None:
+    first = converged_470["first"]
+    assert first.rc == 0, first.output[-5000:]
+    key = host.sh(
+        "openssl x509 -inform DER -in /var/lib/shim-signed/mok/MOK.der -noout -subject -nameopt multiline"
+        " | sed -n 's/^ *commonName *= *//p'"
+    ).stdout.strip()
+    assert key == f"{host.name} Secure Boot Module Signature key", key
+    assert host.sh("stat -c %a /var/lib/shim-signed/mok/MOK.priv").stdout.strip() == "600"
+    modules = host.sh("ls /lib/modules/*/updates/dkms/nvidia*.ko").stdout.split()
+    assert any(m.endswith("/nvidia.ko") for m in modules), modules
+    for module in modules:
+        signer = host.sh(f"modinfo -F signer {module}").stdout.strip()
+        assert signer == key, (module, signer)
+    assert f'signed by "{key}"' in flat(first.output)
+
+
+def test_the_run_says_the_enrolment_could_not_be_queued_in_a_container(converged_470: dict) -> None:
+    output = flat(converged_470["first"].output)
+    assert "the firmware could not be asked (EFI variables are not supported on this system" in output, output[-3000:]
+    assert "sudo mokutil --import /var/lib/shim-signed/mok/MOK.der" in output
 
 
 def test_the_driver_uninstall_removes_the_fabric_manager(converged_470: dict, host: Host) -> None:

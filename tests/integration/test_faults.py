@@ -1,7 +1,8 @@
 """Faults survived, on a real Ubuntu 20.04 container: the loopback fixture mirror goes down, cuts a
-download mid-way, serves a corrupt file; the run is killed at five different points (while
-downloading, inside the CUDA installer, while unpacking cuDNN, during the driver's DKMS build, during
-MindSpore's pip install); another process holds the dpkg lock; dpkg was interrupted; a library
+download mid-way, serves a corrupt file; the host loses power at six different points (`docker kill`,
+then `docker start`: every process on it dies at once; while downloading, inside the CUDA installer,
+while unpacking cuDNN, while copying cuDNN into the live CUDA prefix, during the driver's DKMS build,
+during MindSpore's pip install); another process holds the dpkg lock; dpkg was interrupted; a library
 reports another version than the one expected (the cuda_library role's refusal). Each test
 asserts what the host holds afterwards, not only the exit status: no partial or unverified file
 where a later run would trust it, nothing installed from a bad download, and a re-run that converges
@@ -29,10 +30,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import tasks
-from testbed import fixtures, mirror, sandbox
+from testbed import fixtures, mirror, scenarios
 
-from .conftest import ROOT, Host, refusals
+from .conftest import ROOT, Host, host_with_mirror, refusals
 
 CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
 STACK = CATALOG["stacks"][CATALOG["default_stack"]]
@@ -46,8 +46,6 @@ DKMS_MODULE = CATALOG["driver"][STACK["driver_branch"]]["distro"]["dkms_module"]
 # dkms 3's "nvidia/470.256.02, K, x86_64: installed".
 DKMS_INSTALLED = re.compile(r"^[^,/\s]+[,/] ?[^,:\s]+, ([^,:\s]+), [^:\s]+: installed", re.M)
 KERNELS_WITH_HEADERS = "for d in /lib/modules/*; do [ -e $d/build/Makefile ] && basename $d; done; true"
-# Everything of a package install on the host, down to the compiler DKMS runs: all die at once.
-PACKAGE_INSTALL = ("apt", "dpkg", "dkms", "make", "gcc", "conftest")
 RECAP = re.compile(r"^\S+\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M)
 # A file this big anywhere on the host after a failed download would be a (partial) runfile.
 NO_BIG_FILES = (
@@ -104,17 +102,17 @@ class Runs:
         )
         return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
 
-    def run_killed(
-        self,
-        playbook: str,
-        ready: threading.Event,
-        container_pattern: str,
-        timeout: float = 300,
-        also: tuple[str, ...] = (),
-    ) -> str:
-        """Start the playbook, wait until `ready` is set (by a watcher), then kill ansible-playbook and
-        every process of the step on the host (`container_pattern`, and the patterns in `also`), all
-        with one signal: the run dies as in a power cut."""
+    def power_cut(self) -> None:
+        """The host loses power: every process in the container dies at once (`docker kill`, SIGKILL to all
+        of them, the file system as the kill left it), then it boots again (`docker start`: the same
+        container, nothing running)."""
+        for action in ("kill", "start"):
+            done = subprocess.run(["docker", action, self.host.name], capture_output=True, text=True, check=False)
+            assert done.returncode == 0, f"docker {action} {self.host.name}: {done.stderr}"
+
+    def run_killed(self, playbook: str, ready: threading.Event, timeout: float = 300) -> None:
+        """Start the playbook, wait until `ready` is set (by a watcher), then cut the host's power, and kill
+        ansible-playbook on the controller (which would only find the host gone)."""
         with open(os.devnull, "w") as sink:
             proc = subprocess.Popen(
                 self.command(playbook), stdout=sink, stderr=sink, env=self.env(), cwd=ROOT, start_new_session=True
@@ -122,27 +120,31 @@ class Runs:
         try:
             if not ready.wait(timeout):
                 pytest.fail(f"the run of {playbook} never reached the point to interrupt")
+            self.power_cut()
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
-        patterns = "|".join(unique(p) for p in (container_pattern, *also, "async_wrapper", "AnsiballZ"))
-        # Twice: a process forked while the first pkill was signalling is caught by the second.
-        self.host.sh(f"pkill -9 -f {patterns!r}; sleep 0.5; pkill -9 -f {patterns!r}; true")
-        return container_pattern
 
     def watch_host(
         self, pattern: str, ready: threading.Event, timeout: float = 300, settle: float = 0.0
     ) -> threading.Thread:
-        """Set `ready` once a process matching `pattern` has run on the host for `settle` seconds."""
+        """Set `ready` once a process matching `pattern` has run on the host for `settle` seconds. The host
+        itself looks, every 50 ms (a copy of a few seconds is caught inside)."""
+        look = (
+            f"end=$((SECONDS + {int(timeout)})); until pgrep -f {unique(pattern)!r} >/dev/null; do "
+            f"[ $SECONDS -lt $end ] || exit 1; sleep 0.05; done; sleep {settle}; echo found"
+        )
 
         def poll() -> None:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and not ready.is_set():
-                if self.host.sh(f"pgrep -f {unique(pattern)!r}").returncode == 0:
-                    time.sleep(settle)
-                    ready.set()
-                    return
-                time.sleep(0.2)
+            found = subprocess.run(
+                ["docker", "exec", self.host.name, "bash", "-c", look],
+                capture_output=True,
+                text=True,
+                timeout=timeout + 60,
+                check=False,
+            )
+            if found.stdout.strip() == "found":
+                ready.set()
 
         thread = threading.Thread(target=poll, daemon=True)
         thread.start()
@@ -158,25 +160,16 @@ def recap(output: str) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
-    root = fixtures.build_mirror()
-    name = "msgpu-it-faults"
-    sandbox.stop_host(name)
-    sandbox.start_host(name)
-    host = Host(name)
-    try:
-        with mirror.serving(root) as served:
-            inventory = sandbox.write_inventory(
-                tmp_path_factory.mktemp("faults") / "inventory.yml",
-                [name],
-                # The faults are those of the host's own downloads: no controller cache in between.
-                {
-                    **tasks._sandbox_group_vars(root, fixtures.inventory_vars(root, served.base_url)),
-                    "stack_artifact_cache_dir": "",
-                },
-            )
-            yield Runs(host, served, inventory)
-    finally:
-        sandbox.stop_host(name)
+    # The faults are those of the host's own downloads: no controller cache in between. The DKMS builds go
+    # through the test bed's compiler cache (a real build either way; the kill test waits for the compiler
+    # driver, which runs whether ccache answers a call or gcc compiles it).
+    folder = tmp_path_factory.mktemp("faults")
+    with host_with_mirror("msgpu-it-faults", folder, {"stack_artifact_cache_dir": ""}, compiler_cache=True) as (
+        host,
+        served,
+        inventory,
+    ):
+        yield Runs(host, served, inventory)
 
 
 def runfile_path() -> str:
@@ -234,7 +227,7 @@ def test_killed_while_downloading_then_a_flaky_mirror_the_rerun_converges(runs):
         ready.set()
 
     threading.Thread(target=downloading, daemon=True).start()
-    runs.run_killed("cuda.yml", ready, "AnsiballZ_get_url")
+    runs.run_killed("cuda.yml", ready)
     runs.served.heal()
     assert_nothing_from_the_runfile(runs, anywhere=False)
     # The next run meets a mirror that fails twice (down, then a cut download) before it works.
@@ -257,7 +250,7 @@ def test_killed_inside_the_cuda_installer_the_rerun_reinstalls_and_converges(run
     assert runs.host.sh(f"echo stale > {PREFIX}/.msgpu-installed").returncode == 0
     ready = threading.Event()
     runs.watch_host(RUNFILE["file"], ready)
-    runs.run_killed("cuda.yml", ready, RUNFILE["file"])
+    runs.run_killed("cuda.yml", ready)
     state = runs.host.sh(f"ls -a {PREFIX} 2>&1; ls {PREFIX}.msgpu-installing 2>&1").stdout
     assert runs.host.sh(f"test -f {PREFIX}/.msgpu-installed").returncode != 0, state
     assert runs.host.sh(f"test -f {PREFIX}.msgpu-installing").returncode == 0, state
@@ -270,15 +263,9 @@ def test_killed_inside_the_cuda_installer_the_rerun_reinstalls_and_converges(run
     assert rc == 0 and recap(output) == (0, 0), output[-3000:]
 
 
-def test_killed_while_unpacking_cudnn_the_rerun_converges(runs):
-    # cuDNN's libraries need libcuda.so.1 to load (the driver's user-space library, no module).
-    driver = CATALOG["driver"][STACK["driver_branch"]]["distro"]["packages"]
-    compute = next(p for p in driver if p.startswith("libnvidia-compute"))
-    apt = runs.host.sh(f"apt-get update -qq && apt-get install -y -qq --no-install-recommends {compute}")
-    assert apt.returncode == 0, apt.stdout[-2000:] + apt.stderr[-2000:]
-    ready = threading.Event()
-    runs.watch_host(f"tar.*{CUDNN['file']}", ready)
-    runs.run_killed("cudnn.yml", ready, CUDNN["file"])
+def assert_cudnn_converges(runs: Runs) -> None:
+    """The run after a cut converges: cuDNN loads from the CUDA prefix and answers its version; a further run
+    changes nothing."""
     rc, output, _ = runs.run("cudnn.yml")
     assert rc == 0, output[-4000:]
     loaded = runs.host.sh(
@@ -288,6 +275,36 @@ def test_killed_while_unpacking_cudnn_the_rerun_converges(runs):
     assert loaded.returncode == 0 and loaded.stdout.strip().isdigit(), loaded.stdout + loaded.stderr
     rc, output, _ = runs.run("cudnn.yml")
     assert rc == 0 and recap(output) == (0, 0), output[-3000:]
+
+
+def test_killed_while_unpacking_cudnn_the_rerun_converges(runs):
+    # cuDNN's libraries need libcuda.so.1 to load (the driver's user-space library, no module).
+    driver = CATALOG["driver"][STACK["driver_branch"]]["distro"]["packages"]
+    compute = next(p for p in driver if p.startswith("libnvidia-compute"))
+    apt = runs.host.sh(f"apt-get update -qq && apt-get install -y -qq --no-install-recommends {compute}")
+    assert apt.returncode == 0, apt.stdout[-2000:] + apt.stderr[-2000:]
+    ready = threading.Event()
+    runs.watch_host(f"tar.*{CUDNN['file']}", ready)
+    runs.run_killed("cudnn.yml", ready)
+    assert_cudnn_converges(runs)
+
+
+def test_power_cut_while_copying_cudnn_into_the_live_prefix_the_rerun_converges(runs):
+    """The risky window: the role has removed the previous install's files and its marker and is copying the
+    new libraries into the live CUDA prefix when the power goes. The next run must see that (no marker),
+    install again and load the library; a further run changes nothing."""
+    marker = f"{PREFIX}/.msgpu-cudnn"
+    assert runs.host.sh(f"test -f {marker}").returncode == 0, runs.host.sh(f"ls -a {PREFIX}").stdout
+    # Make the role reinstall: the marker says another artifact was installed.
+    assert runs.host.sh(f"echo stale > {marker}").returncode == 0
+    ready = threading.Event()
+    runs.watch_host(f"cp --no-dereference.*--target-directory={PREFIX}/lib64", ready)
+    runs.run_killed("cudnn.yml", ready)
+    left = runs.host.sh(f"ls -la {PREFIX}/lib64 | grep -i cudnn; ls -a {PREFIX}").stdout
+    print(f"left by the power cut inside the copy:\n{left}")
+    assert runs.host.sh(f"test -e {marker}").returncode != 0, f"the marker survived an unfinished copy:\n{left}"
+    assert_cudnn_converges(runs)
+    assert runs.host.sh(f"test -f {marker}").returncode == 0
 
 
 def test_apt_waits_for_a_dpkg_lock_held_by_another_process(runs, tmp_path):
@@ -405,9 +422,10 @@ def test_packages_an_interrupted_run_left_are_finished_before_apt_is_used(runs):
 def test_killed_during_the_driver_dkms_build_the_rerun_finishes_it_and_converges(runs):
     host = runs.host
     ready = threading.Event()
-    # The run's first compiler is DKMS building the module from nvidia-dkms-<branch>'s postinst.
-    runs.watch_host("cc1", ready, timeout=900)
-    runs.run_killed("nvidia_driver.yml", ready, "cc1", timeout=900, also=PACKAGE_INSTALL)
+    # The run's first compiler is DKMS building the module from nvidia-dkms-<branch>'s postinst: gcc-9.real is
+    # on the command line of every compiler call, through the test bed's ccache or not (testbed/sandbox.py).
+    runs.watch_host("gcc-9.real", ready, timeout=900)
+    runs.run_killed("nvidia_driver.yml", ready, timeout=900)
     audit = host.sh("dpkg --audit").stdout.strip()
     status = host.sh(f"dkms status -m {DKMS_MODULE}").stdout.strip()
     print(f"left by the kill: dpkg --audit: {audit!r}; dkms status: {status!r}")
@@ -429,7 +447,7 @@ def test_killed_during_the_mindspore_pip_install_the_rerun_rebuilds_the_venv(run
     ready = threading.Event()
     # The first `pip install` is the verified wheel's (the wheel itself came by `pip download`).
     runs.watch_host("pip install", ready, timeout=900, settle=2)
-    runs.run_killed("mindspore.yml", ready, "pip install", timeout=900)
+    runs.run_killed("mindspore.yml", ready, timeout=900)
     home = host.sh("getent passwd msgpu | cut -d: -f6").stdout.strip()
     venv = f"{home}/venvs/mindspore-{release}"
     assert home and host.sh(f"test -e {venv}/.msgpu-installed").returncode != 0, "marker left by a cut install"
@@ -463,7 +481,7 @@ def test_a_library_reporting_another_version_than_expected_is_refused(runs):
     (marker written last, every recorded file present, no staging left): the run with the right
     expectation then changes nothing and downloads nothing."""
     host = runs.host
-    release = tasks._seed_nccl()["stack_nccl_version"]
+    release = scenarios.seed_nccl()["stack_nccl_version"]
     tarball = CATALOG["nccl"][release]["tarball"]
     fixture = fixtures.read_manifest(runs.served.root)[tarball["file"]]
     reported, expected = int(fixture["reports_version"]), version_code("nccl", release)

@@ -9,8 +9,7 @@ import re
 import pytest
 import yaml
 
-import tasks
-from testbed import fingerprint, sandbox
+from testbed import fingerprint, sandbox, scenarios
 from tests.conftest import RESOLVER_REFUSALS, ROOT, unpinned_files
 
 from .conftest import Host, refusals, run_playbook
@@ -57,7 +56,7 @@ def check_mode_run(tmp_path_factory, catalog):
     """One fresh host per molecule scenario, each with that scenario's install methods, and ONE
     `site.yml --check --diff` over all of them (the hosts run in parallel, as a fleet would): the
     fingerprints of every host before and after, and the run."""
-    hosts = {scenario: Host(f"msgpu-it-check-{scenario.replace('_', '-')}") for scenario in tasks.SCENARIO_VARS}
+    hosts = {scenario: Host(f"msgpu-it-check-{scenario.replace('_', '-')}") for scenario in scenarios.SCENARIO_VARS}
     try:
         for host in hosts.values():
             sandbox.start_host(host.name)
@@ -70,7 +69,7 @@ def check_mode_run(tmp_path_factory, catalog):
                 "stack_artifact_checksums": {name: "ab" * 32 for name in unpinned_files(catalog)},
                 "stack_artifact_cache_dir": "",
             },
-            host_vars={host.name: tasks.SCENARIO_VARS[scenario] for scenario, host in hosts.items()},
+            host_vars={host.name: scenarios.SCENARIO_VARS[scenario] for scenario, host in hosts.items()},
         )
         result = run_playbook("site.yml", inventory, args=["--check", "--diff"])
         after = {scenario: _without_apt_metadata(host) for scenario, host in hosts.items()}
@@ -80,7 +79,7 @@ def check_mode_run(tmp_path_factory, catalog):
             sandbox.stop_host(host.name)
 
 
-@pytest.mark.parametrize("scenario", list(tasks.SCENARIO_VARS))
+@pytest.mark.parametrize("scenario", list(scenarios.SCENARIO_VARS))
 def test_check_mode_changes_nothing_for_each_scenarios_methods(check_mode_run, scenario):
     """site.yml --check --diff with each molecule scenario's install methods on a fresh host: it
     completes, and the host is unchanged (package database and every file, apt's lists aside)."""
@@ -188,9 +187,10 @@ def test_configuration_refusal_leaves_the_host_unchanged(focal_host, inventory_f
 
 def test_disk_check_counts_only_the_parts_not_yet_installed(focal_host, inventory_for):
     """/dev/shm is a 64 MiB tmpfs in every Docker container: far too small for a new stack, enough
-    for a re-run once the parts' install markers are there (a converged host on a nearly full disk)."""
+    for a re-run once the parts' install markers are there (a converged host on a nearly full disk).
+    With the real catalog's figures (the test bed's hosts use a copy with the fixture toolkit's size)."""
     prefix = "/dev/shm/msgpu-prefix"
-    settings = {"stack_install_prefix": prefix}
+    settings = {"stack_install_prefix": prefix, "stack_catalog_file": str(ROOT / "catalog" / "stacks.yml")}
     assert focal_host.sh(f"mkdir -p {prefix}").returncode == 0
     try:
         empty = run_playbook("preflight.yml", inventory_for(focal_host), settings)

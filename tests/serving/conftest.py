@@ -28,7 +28,7 @@ from testbed import sandbox  # noqa: E402
 from tests.conftest import unpinned_files  # noqa: E402
 
 HOST_NAME = "msgpu-serving-1"
-# The controller's artifact cache the other sandbox runs use (tasks.py ARTIFACT_CACHE): the 950 MB
+# The controller's artifact cache the other sandbox runs use (testbed/scenarios.py ARTIFACT_CACHE): the 950 MB
 # MindSpore wheel is fetched once per machine, not once per test run.
 ARTIFACT_CACHE = sandbox.CACHE / "artifact-cache"
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)

@@ -1,7 +1,9 @@
 """Driver branch changes on the provisioned host, with real DKMS builds and Canonical's real signed modules:
 the stack's 470 -> 535 (DKMS) with the whole site.yml; 535 from DKMS to Canonical's signed precompiled
 modules (nvidia_driver_module: precompiled, the Secure Boot path); then `stack_driver_branch: auto` (on
-this GPU-less host: the newest catalog branch, 570), back on DKMS (auto without Secure Boot).
+this GPU-less host: the newest catalog branch, 570), on Canonical's precompiled modules again (a branch
+change between precompiled branches; DKMS builds of a new branch are the 470 -> 535 step's, and one for
+each further branch would double this module's time on the suite's critical path).
 
 `./toolkit test` runs this module on molecule default's converged host after the other system tests and
 before test_uninstall.py (tests/system/conftest.py orders it), which then removes whichever branch is left.
@@ -15,19 +17,18 @@ reboot (the old module still loaded: substituted /sys/module/nvidia/version).
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
-CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+from tests.system.conftest import BRANCH_PACKAGE, CATALOG, ROOT, changed, on_host, playbook
+
+# In `./toolkit test --full` only (cold DKMS builds of a second branch: about half an hour on two cores;
+# testbed/scenarios.py: EXTENDED_MARKER).
+pytestmark = pytest.mark.extended
+
 STACK = CATALOG["stacks"][CATALOG["default_stack"]]
 BRANCHES = CATALOG["driver"]
 FROM = STACK["driver_branch"]
@@ -35,50 +36,11 @@ TO = "535"
 # What `auto` picks on a host without GPUs: the newest catalog branch with distro packages that meets the
 # stack's CUDA minimum (every branch does for CUDA 11.1).
 AUTO = max((b for b in BRANCHES if "distro" in BRANCHES[b]), key=lambda b: [int(x) for x in b.split(".")])
-RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-BRANCH_PACKAGE = re.compile(
-    r"^((lib)?nvidia-[a-z0-9-]*?-([0-9]{3})(-.*)?|cuda-drivers(-fabricmanager)?-([0-9]{3})"
-    r"|linux-(modules|objects)-nvidia-([0-9]{3})-.*)$"
-)
 # Every file of the other components, with what a rewrite cannot hide (ctime) and what a chmod/chown shows.
 UNTOUCHED = (
     "find /usr/local/cuda-* /usr/local/cuda /usr/local/TensorRT-* /home/*/venvs /etc/msgpu/env /etc/ld.so.conf.d "
     "-xdev -printf '%y %p %s %m %u:%g %C@ %l\\n' 2>/dev/null | sort"
 )
-
-
-@pytest.fixture(scope="module")
-def host(inventory: Path) -> str:
-    hosts = yaml.safe_load(inventory.read_text())["all"]["children"]["gpu_servers"]["hosts"]
-    assert len(hosts) == 1, hosts
-    return next(iter(hosts))
-
-
-def on_host(host: str, script: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["docker", "exec", host, "bash", "-c", script], capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
-def playbook(inventory: Path, extra_vars: dict, tags: str = "") -> tuple[subprocess.CompletedProcess, float]:
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-    }
-    args = ["ansible-playbook", "-i", str(inventory), "site.yml", "-e", json.dumps(extra_vars)]
-    args += ["--tags", tags] if tags else []
-    started = time.monotonic()
-    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False)
-    return proc, time.monotonic() - started
-
-
-def changed(proc: subprocess.CompletedProcess, host: str) -> int:
-    rows = {h: (int(c), int(u), int(f)) for h, c, u, f in RECAP.findall(proc.stdout)}
-    assert proc.returncode == 0 and host in rows, proc.stdout[-5000:] + proc.stderr[-2000:]
-    count, unreachable, failed = rows[host]
-    assert unreachable == 0 and failed == 0, proc.stdout[-5000:]
-    return count
 
 
 def driver_state(host: str) -> dict:
@@ -132,6 +94,20 @@ def precompiled_state(host: str, branch: str) -> dict:
     return {k: {"signer": signer, "version": version} for k, signer, version in rows}
 
 
+def assert_precompiled(branch: str, state: dict, modules: dict) -> None:
+    """Exactly `branch` on Canonical's signed modules: no DKMS module, only the branch's packages (its
+    user space held), its module package for every installed kernel, each module signed by Canonical."""
+    assert state["dkms"] == [], state  # the DKMS package and its modules are gone
+    user_space = sorted(p for p in BRANCHES[branch]["distro"]["packages"] if not p.startswith("nvidia-dkms-"))
+    assert [p for p in state["held"] if BRANCH_PACKAGE.match(p)] == user_space, state["held"]
+    assert f"linux-modules-nvidia-{branch}-generic" in state["branch_packages"], state
+    assert not [p for p in state["branch_packages"] if not re.search(rf"-{branch}(-|$)", p)], state
+    assert modules and all(m["signer"] == "Canonical Ltd. Kernel Module Signing" for m in modules.values()), modules
+    assert all(m["version"].startswith(f"{branch}.") for m in modules.values()), modules
+    for kernel in modules:
+        assert f"linux-modules-nvidia-{branch}-{kernel}" in state["branch_packages"], (kernel, state)
+
+
 @pytest.fixture(scope="module")
 def to_precompiled(inventory: Path, host: str, to_535: dict) -> dict:
     tags = "preflight,nvidia_driver"
@@ -153,10 +129,17 @@ def to_precompiled(inventory: Path, host: str, to_535: dict) -> dict:
 @pytest.fixture(scope="module")
 def to_auto(inventory: Path, host: str, to_precompiled: dict) -> dict:
     tags = "preflight,nvidia_driver"
-    proc, wall = playbook(inventory, {"stack_driver_branch": "auto"}, tags)
-    print(f"site.yml --tags {tags}, branch {TO} -> auto ({AUTO}): {wall:.1f} s wall")
-    state = {"proc": proc, "wall": wall, "driver": driver_state(host), "untouched": on_host(host, UNTOUCHED).stdout}
-    again, wall_again = playbook(inventory, {"stack_driver_branch": "auto"}, tags)
+    settings = {"stack_driver_branch": "auto", "nvidia_driver_module": "precompiled"}
+    proc, wall = playbook(inventory, settings, tags)
+    print(f"site.yml --tags {tags}, branch {TO} -> auto ({AUTO}), precompiled: {wall:.1f} s wall")
+    state = {
+        "proc": proc,
+        "wall": wall,
+        "driver": driver_state(host),
+        "modules": precompiled_state(host, AUTO),
+        "untouched": on_host(host, UNTOUCHED).stdout,
+    }
+    again, wall_again = playbook(inventory, settings, tags)
     print(f"site.yml --tags {tags}, auto again: {wall_again:.1f} s wall")
     state.update({"again": again})
     return state
@@ -187,17 +170,7 @@ def test_a_rerun_after_the_change_changes_nothing(to_535: dict, host: str) -> No
 
 def test_precompiled_modules_replace_dkms_signed_by_canonical(to_precompiled: dict, before: dict, host: str) -> None:
     assert changed(to_precompiled["proc"], host) > 0
-    state = to_precompiled["driver"]
-    assert state["dkms"] == [], state  # nvidia-dkms-535 and its module are gone
-    user_space = sorted(p for p in BRANCHES[TO]["distro"]["packages"] if not p.startswith("nvidia-dkms-"))
-    assert [p for p in state["held"] if BRANCH_PACKAGE.match(p)] == user_space, state["held"]
-    assert f"linux-modules-nvidia-{TO}-generic" in state["branch_packages"], state
-    assert not [p for p in state["branch_packages"] if not re.search(rf"-{TO}(-|$)", p)], state
-    modules = to_precompiled["modules"]
-    assert modules and all(m["signer"] == "Canonical Ltd. Kernel Module Signing" for m in modules.values()), modules
-    assert all(m["version"].startswith(f"{TO}.") for m in modules.values()), modules
-    for kernel in modules:
-        assert f"linux-modules-nvidia-{TO}-{kernel}" in state["branch_packages"], (kernel, state)
+    assert_precompiled(TO, to_precompiled["driver"], to_precompiled["modules"])
     assert to_precompiled["untouched"] == before["untouched"]
     assert changed(to_precompiled["again"], host) == 0
 
@@ -206,9 +179,7 @@ def test_auto_chooses_the_newest_branch_says_why_and_moves_to_it(to_auto: dict, 
     assert AUTO == "570"
     assert changed(to_auto["proc"], host) > 0
     assert f'auto chose "{AUTO}"' in " ".join(to_auto["proc"].stdout.split())
-    # Back on DKMS (auto without Secure Boot): Canonical's modules of 535 left with the branch.
-    assert_only(AUTO, to_auto["driver"])
-    assert not [p for p in to_auto["driver"]["branch_packages"] if p.startswith("linux-modules-nvidia-")]
+    assert_precompiled(AUTO, to_auto["driver"], to_auto["modules"])
     assert to_auto["untouched"] == before["untouched"]
     assert changed(to_auto["again"], host) == 0
 

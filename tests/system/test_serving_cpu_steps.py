@@ -22,6 +22,10 @@ import yaml
 
 from tests.system.test_verify import SHARED_CORES, host_results, run_verify
 
+# In `./toolkit test --full` only (a second quick benchmark on the default host; testbed/scenarios.py:
+# EXTENDED_MARKER).
+pytestmark = pytest.mark.extended
+
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
 STACK = CATALOG["stacks"][CATALOG["default_stack"]]

@@ -10,35 +10,17 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-# Any branch's driver packages: test_driver_upgrade.py, which runs just before, leaves another branch than
-# the stack's, and the uninstall must remove whichever the host has.
-from tests.system.test_driver_upgrade import BRANCH_PACKAGE
+# BRANCH_PACKAGE: any branch's driver packages: test_driver_upgrade.py, which runs just before, leaves another
+# branch than the stack's, and the uninstall must remove whichever the host has.
+from tests.system.conftest import BRANCH_PACKAGE, CATALOG, on_host, recap, uninstall
 
-ROOT = Path(__file__).resolve().parents[2]
-CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
 STACK = CATALOG["stacks"][CATALOG["default_stack"]]
 CUDA = STACK["cuda"]
 OPENMPI_PACKAGES = CATALOG["openmpi"][STACK["openmpi"]]["distro"]["ubuntu-20.04"]
-RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-
-
-@pytest.fixture(scope="module")
-def host(inventory: Path) -> str:
-    hosts = yaml.safe_load(inventory.read_text())["all"]["children"]["gpu_servers"]["hosts"]
-    assert len(hosts) == 1, hosts
-    return next(iter(hosts))
-
-
-def on_host(host: str, script: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["docker", "exec", host, "sh", "-c", script], capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 def state(host: str) -> dict[str, object]:
@@ -74,26 +56,29 @@ def state(host: str) -> dict[str, object]:
     }
 
 
-def uninstall(inventory: Path) -> tuple[subprocess.CompletedProcess, float]:
-    started = time.monotonic()
-    proc = subprocess.run(
-        [str(ROOT / "toolkit"), "uninstall", "-i", str(inventory)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    return proc, time.monotonic() - started
-
-
 @pytest.fixture(scope="module")
 def before(host: str) -> dict[str, object]:
     return state(host)
 
 
 @pytest.fixture(scope="module")
-def first(inventory: Path, before: dict[str, object]) -> tuple[subprocess.CompletedProcess, float]:
+def checked(inventory: Path, host: str, before: dict[str, object]) -> dict[str, object]:
+    """`./toolkit uninstall --check`: what would be removed, and the host as it was."""
+    proc, wall = uninstall(inventory, "--check")
+    print(f"uninstall --check: {wall:.1f} s wall")
+    return {"proc": proc, "state": state(host)}
+
+
+@pytest.fixture(scope="module")
+def component(inventory: Path, host: str, checked: dict[str, object]) -> dict[str, object]:
+    """`./toolkit uninstall --component tensorrt`: TensorRT alone, before the whole stack goes."""
+    proc, wall = uninstall(inventory, "--component", "tensorrt")
+    print(f"uninstall --component tensorrt: {wall:.1f} s wall")
+    return {"proc": proc, "state": state(host)}
+
+
+@pytest.fixture(scope="module")
+def first(inventory: Path, component: dict[str, object]) -> tuple[subprocess.CompletedProcess, float]:
     proc, wall = uninstall(inventory)
     print(f"uninstall: {wall:.1f} s wall")
     return proc, wall
@@ -111,25 +96,51 @@ def second(inventory: Path, after: dict[str, object]) -> tuple[subprocess.Comple
     return proc, wall
 
 
-def recap(proc: subprocess.CompletedProcess) -> list[tuple[str, int, int, int]]:
-    return [(h, int(c), int(u), int(f)) for h, c, u, f in RECAP.findall(proc.stdout)]
-
-
 def test_the_host_had_the_stack_before(before):
-    assert before["dkms"] and "installed" in str(before["dkms"]), before
-    branches = {m.group(1) for m in map(re.compile(r"^nvidia-dkms-([0-9]{3})$").match, before["driver_packages"]) if m}
-    assert len(branches) == 1, before["driver_packages"]
-    wanted = CATALOG["driver"][branches.pop()]["distro"]["packages"]
+    # The stack's branch with its DKMS module, or (after test_driver_upgrade.py, in --full) the branch `auto`
+    # chose on Canonical's precompiled modules: the module package for a kernel instead of nvidia-dkms-<branch>.
+    kind = re.compile(r"^(nvidia-dkms|linux-modules-nvidia)-([0-9]{3})(-generic)?$")
+    found = {(m.group(1), m.group(2)) for m in map(kind.match, before["driver_packages"]) if m}
+    assert len(found) == 1, before["driver_packages"]
+    (source, branch) = found.pop()
+    if source == "nvidia-dkms":
+        assert before["dkms"] and "installed" in str(before["dkms"]), before
+    packages = CATALOG["driver"][branch]["distro"]["packages"]
+    wanted = [p for p in packages if source == "nvidia-dkms" or "-dkms-" not in p]
     assert set(wanted) <= set(before["driver_packages"]) and set(wanted) <= set(before["held"]), before
     assert before["cuda_tree"] and before["cuda_link"] and before["cuda_env"], before
     assert any("libcudnn" in f for f in before["libraries"]) and any("libnccl" in f for f in before["libraries"])
     assert before["openmpi"] and before["venvs"] and before["mindspore_env"], before
 
 
+def test_uninstall_check_reports_removals_and_changes_nothing(host, before, checked):
+    proc = checked["proc"]
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    changed, unreachable, failed = recap(proc)[host]
+    assert changed > 0 and (unreachable, failed) == (0, 0), proc.stdout[-3000:]
+    assert checked["state"] == before
+
+
+def test_uninstall_of_one_component_removes_it_alone(host, before, component):
+    proc = component["proc"]
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    changed, unreachable, failed = recap(proc)[host]
+    assert changed > 0 and (unreachable, failed) == (0, 0), proc.stdout[-3000:]
+    left = component["state"]
+    assert before["tensorrt"] and left["tensorrt"] == [], left["tensorrt"]
+
+    def without_tensorrt(found: dict[str, object]) -> dict[str, object]:
+        # TensorRT's prefix marker (/usr/local/TensorRT-*/.msgpu-installed) is among the listed markers.
+        libraries = [f for f in found["libraries"] if not f.startswith("/usr/local/TensorRT-")]
+        return {**{k: v for k, v in found.items() if k != "tensorrt"}, "libraries": libraries}
+
+    assert without_tensorrt(left) == without_tensorrt(before)
+
+
 def test_uninstall_succeeds(first):
     proc, _ = first
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert recap(proc) and all(f == 0 and u == 0 for _, _, u, f in recap(proc)), proc.stdout[-3000:]
+    assert recap(proc) and all(f == 0 and u == 0 for _, u, f in recap(proc).values()), proc.stdout[-3000:]
 
 
 def test_driver_module_packages_holds_and_blacklist_are_gone(after):
@@ -162,4 +173,4 @@ def test_tensorrt_is_gone(before, after):
 def test_a_second_uninstall_changes_nothing(second):
     proc, _ = second
     assert proc.returncode == 0, proc.stdout[-4000:]
-    assert recap(proc) and all(c == 0 for _, c, _, _ in recap(proc)), proc.stdout[-3000:]
+    assert recap(proc) and all(c == 0 for c, _, _ in recap(proc).values()), proc.stdout[-3000:]

@@ -21,10 +21,10 @@ VENV_BIN = Path(sys.executable).parent
 
 
 # The suite runs two stages at once on CI's 2 cores: beside a DKMS build the quick CPU benchmark, 20-40 s
-# alone, took over its 75 s limit (verify_bench_timeout's quick default, meant for a host of its own). The
-# tests give it room; how long it took is printed, a number, not a pass/fail line (speed goals are the
-# benchmarks' business).
-SHARED_CORES = {"verify_bench_timeout": 300}
+# alone, took over its 75 s limit (verify_bench_timeout's quick default, meant for a host of its own), and on
+# 2026-12-02 beside the preflight stage on a slower machine over 300 s. The tests give it room; how long it
+# took is printed, a number, not a pass/fail line (speed goals are the benchmarks' business).
+SHARED_CORES = {"verify_bench_timeout": 900}
 
 
 def run_verify(inventory: Path, results: Path, extra_vars: dict) -> tuple[subprocess.CompletedProcess, float]:

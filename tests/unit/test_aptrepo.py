@@ -11,8 +11,8 @@ import ctypes
 import gzip
 import hashlib
 import json
+import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ import pytest
 from testbed import aptrepo, fixtures, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
-KEYRING_SCRIPT = ROOT / "roles" / "nvidia_repo" / "files" / "keyring.py"
+KEYRING_SCRIPT = ROOT / "roles" / "nvidia_repo" / "files" / "trust_key.sh"
 CATALOG = fixtures.load_catalog()
 
 
@@ -33,7 +33,7 @@ def repo() -> Path:
 
 @pytest.fixture(scope="session")
 def keyring(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The exported key, dearmored by gpg (independently of the role's keyring.py)."""
+    """The exported key, dearmored by gpg here (the role's trust_key.sh does it on the host)."""
     path = tmp_path_factory.mktemp("keyring") / "fixture.gpg"
     key = (repo / CATALOG["cuda_repo"]["key"]["file"]).read_bytes()
     path.write_bytes(subprocess.run(["gpg", "--dearmor"], input=key, capture_output=True, check=True).stdout)
@@ -211,7 +211,7 @@ def test_nccl_from_its_deb_reports_its_version(repo: Path, packages: list[dict[s
 
 
 def run_keyring(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(KEYRING_SCRIPT), "install", *args], capture_output=True, text=True)
+    return subprocess.run(["bash", str(KEYRING_SCRIPT), *args], capture_output=True, text=True)
 
 
 def fixture_fingerprint() -> str:
@@ -235,6 +235,43 @@ def test_keyring_script_trusts_only_the_expected_fingerprint(repo: Path, keyring
     assert dest.read_bytes() == keyring.read_bytes()
     assert dest.stat().st_mode & 0o777 == 0o644
     assert json.loads(run_keyring(key, str(dest), fingerprint).stdout)["changed"] is False
+    # The binary keyring itself is accepted as the key (the same bytes: unchanged).
+    assert json.loads(run_keyring(str(keyring), str(dest), fingerprint).stdout)["changed"] is False
+
+
+def test_keyring_script_refuses_a_file_with_a_second_key(repo: Path, tmp_path: Path) -> None:
+    """The expected key plus another one (a key slipped in beside NVIDIA's): refused, nothing written."""
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--batch", "--quiet", "--homedir", str(home), "--passphrase", ""]
+    subprocess.run([*gpg, "--quick-gen-key", "Another <a@example.invalid>", "ed25519", "sign", "never"], check=True)
+    other = subprocess.run([*gpg, "--armor", "--export"], capture_output=True, check=True).stdout
+    both = tmp_path / "both.pub"
+    both.write_bytes((repo / CATALOG["cuda_repo"]["key"]["file"]).read_bytes() + other)
+    result = run_keyring(str(both), str(tmp_path / "k.gpg"), fixture_fingerprint())
+    assert result.returncode == 1, result.stdout
+    assert f"holds the key(s) {fixture_fingerprint()}, " in result.stderr
+    assert not (tmp_path / "k.gpg").exists()
+
+
+def test_keyring_script_check_mode_without_gpg_or_key_writes_nothing(repo: Path, tmp_path: Path) -> None:
+    key = str(repo / CATALOG["cuda_repo"]["key"]["file"])
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("tr", "mktemp", "rm", "sed"):  # what the script needs before it looks for gpg
+        (bare / tool).symlink_to(shutil.which(tool))
+    env = {"PATH": str(bare)}
+    dest = tmp_path / "k.gpg"
+    script = ["/bin/bash", str(KEYRING_SCRIPT)]
+    checked = subprocess.run(
+        [*script, key, str(dest), fixture_fingerprint(), "--check"], capture_output=True, text=True, env=env
+    )
+    assert json.loads(checked.stdout)["changed"] is True, checked.stderr
+    refused = subprocess.run([*script, key, str(dest), fixture_fingerprint()], capture_output=True, text=True, env=env)
+    assert refused.returncode == 1 and "gpg is not installed" in refused.stderr
+    missing = run_keyring(str(tmp_path / "nothing.pub"), str(dest), fixture_fingerprint(), "--check")
+    assert json.loads(missing.stdout)["changed"] is True
+    assert not dest.exists()
 
 
 def test_keyring_script_refuses_a_damaged_key(repo: Path, tmp_path: Path) -> None:

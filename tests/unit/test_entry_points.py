@@ -8,11 +8,14 @@ invoke finds tasks.py from the root or any folder below it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -63,3 +66,103 @@ def test_invoke_verify_and_provision_take_an_inventory():
         run = typed(["invoke", "--help", name])
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         assert "--inventory" in run.stdout and "--limit" in run.stdout, run.stdout
+
+
+# --- a thin CLI: listing the tasks, or running a real fleet's, loads neither the test bed nor the catalog ---
+# Run in a fresh interpreter: records every module of testbed/ it imports and every file it opens of the
+# catalog (catalog/stacks.yml) and the resolver that reads it (an audit hook sees each open, however made).
+WATCH = r"""
+import json, sys
+watched = ("catalog/stacks.yml", "filter_plugins/stack_catalog.py")
+opened = []
+sys.addaudithook(lambda event, args: event == "open" and str(args[0]).endswith(watched) and opened.append(str(args[0])))
+
+
+def report(**extra):
+    testbed = sorted(name for name in sys.modules if name.split(".")[0] == "testbed")
+    print("WATCH " + json.dumps({"testbed": testbed, "opened": opened, **extra}))
+"""
+
+
+def watched(code: str, *args: str, cwd: Path = ROOT) -> tuple[dict, str]:
+    run = subprocess.run(
+        [sys.executable, "-c", WATCH + code, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    line = next(line for line in run.stdout.splitlines() if line.startswith("WATCH "))
+    return json.loads(line[len("WATCH ") :]), run.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [(["--list"], "gpu-smoke"), (["--help", "provision"], "--batch"), (["test", "--help"], "runfile")],
+)
+def test_listing_the_tasks_loads_neither_the_test_bed_nor_the_catalog(argv, shown):
+    """What `invoke --list` (and a task's --help) does: find tasks.py, import it, build the collection."""
+    code = f"""
+from invoke.main import program
+program.run(["invoke", *{argv!r}], exit=False)
+report()
+"""
+    seen, output = watched(code, cwd=ROOT / "roles" / "verify")
+    assert shown in output
+    assert seen["testbed"] == [] and seen["opened"] == [], seen
+
+
+def test_a_real_fleets_commands_never_load_the_test_bed(tmp_path):
+    """Every operator command given an inventory, its commands recorded instead of run."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  children:\n    gpu_servers:\n      hosts:\n        gpu01:\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps({"fleet": {}, "hosts": []}))
+    code = r"""
+sys.path.insert(0, ".")
+from invoke import Context
+from invoke.runners import Result
+
+import tasks
+
+ran = []
+
+
+class Recording(Context):
+    def run(self, command, **kwargs):
+        ran.append(command)
+        return Result(command=command, exited=0)
+
+
+inventory, out = sys.argv[1:]
+calls = {
+    "provision": {"check": True, "limit": "gpu01", "extra": "-e stack_cudnn_method=wheel"},
+    "uninstall": {"component": "cuda"},
+    "verify": {"out": out, "quick": True},
+    "gpu-smoke": {"out": out},
+    "bench": {"out": out, "device": "CPU"},
+    "doctor": {"out": out},
+    "fetch": {"cache": out + "/cache"},
+}
+for name, options in calls.items():
+    tasks.ns[name](Recording(), inventory=inventory, **options)
+report(ran=ran)
+"""
+    seen, _ = watched(code, str(inventory), str(out))
+    assert seen["testbed"] == [] and seen["opened"] == [], seen
+    ran = seen["ran"]
+    assert ran[0] == (
+        f"ansible-playbook -i {inventory} playbooks/site.yml --limit gpu01 --check --diff -e stack_cudnn_method=wheel"
+    )
+    playbooks = [command.split()[3] for command in ran]
+    assert playbooks == [f"playbooks/{name}.yml" for name in ("site", "site", "verify", "gpu_smoke", "verify")] + [
+        "playbooks/doctor.yml",
+        "playbooks/fetch.yml",
+    ], ran
+    assert all(f"-i {inventory} " in command for command in ran), ran
+
+
+def test_the_cli_names_the_test_beds_scenarios():
+    """`./toolkit test --scenario` names the scenarios without loading the test bed: the same, in order."""
+    from cli import checks
+    from testbed import scenarios
+
+    assert checks.SCENARIO_NAMES == tuple(scenarios.SCENARIOS) == tuple(scenarios.SCENARIO_VARS)

@@ -296,3 +296,131 @@ def test_catalog_fabric_managers(catalog):
     # preflight refuses on NVSwitch hosts); NVIDIA's repository for every branch.
     assert [b for b, m in seen if m == "distro"] == [b for b, e in catalog["driver"].items() if "distro" in e]
     assert [b for b, m in seen if m == "cuda_repo"] == list(catalog["driver"])
+
+
+# --- the preflight's decisions (the stack_fabricmanager_plan/_check filters host.yml applies) ---------------
+
+NVSWITCHES = [{"id": "10de:22a3", "slot": f"0000:{bus:02x}:00.0"} for bus in (0x18, 0x19, 0x1A, 0x1B)]
+H100S = {"gpus": [{"id": "10de:2330", "slot": f"0000:{bus:02x}:00.0"} for bus in range(0x10, 0x18)]}
+
+
+@pytest.fixture(scope="module")
+def gpu_support():
+    return load_module("gpu_support", ROOT / "roles" / "stack" / "filter_plugins" / "gpu_support.py")
+
+
+@pytest.fixture(scope="module")
+def gpu_ids() -> dict:
+    return yaml.safe_load((ROOT / "catalog" / "gpu_ids.yml").read_text())
+
+
+def _driver(branch: str, method: str = "distro") -> dict:
+    packages = [f"cuda-drivers-{branch}"] if method == "cuda_repo" else [f"nvidia-dkms-{branch}"]
+    return {"branch": branch, "method": method, "packages": packages, "minimum": "455.23"}
+
+
+def _focal_scan(gpu_check) -> dict:
+    """gpu_check.py's answer on a focal host with Ubuntu's archive: 470 matches, 535 does not, 570's fabric
+    manager is unknown to apt."""
+    policy = gpu_check.parse_policy
+    return {
+        "fabricmanager": {
+            "nvidia-fabricmanager-470": gpu_check.fabricmanager(
+                policy(FOCAL_FM_470_INSTALLED), policy(FOCAL_COMPUTE_470_INSTALLED), "libnvidia-compute-470"
+            ),
+            "nvidia-fabricmanager-535": gpu_check.fabricmanager(
+                policy(FOCAL_FM_535), policy(FOCAL_COMPUTE_535), "libnvidia-compute-535"
+            ),
+            "nvidia-fabricmanager-570": gpu_check.fabricmanager(
+                policy(UNKNOWN), policy(UNKNOWN), "libnvidia-compute-570"
+            ),
+        },
+        "apt": {},
+    }
+
+
+def test_plan_without_nvswitches_needs_nothing(gpu_support, catalog):
+    plan = gpu_support.fabricmanager_plan(catalog["driver"], _driver("535"), [], "present", "h1")
+    assert (plan["needed"], plan["errors"], plan["fabricmanager"]) == (False, [], {})
+    check = gpu_support.fabricmanager_check(plan, {}, catalog["driver"], _driver("535"), {}, {}, "h1")
+    assert (check["checked"], check["errors"]) == (False, [])
+
+
+def test_plan_when_the_run_removes_the_driver_needs_nothing(gpu_support, catalog):
+    plan = gpu_support.fabricmanager_plan(catalog["driver"], _driver("535", "runfile"), NVSWITCHES, "absent", "h1")
+    assert (plan["needed"], plan["errors"]) == (False, [])
+
+
+def test_plan_names_the_package_and_what_apt_is_asked(gpu_support, catalog):
+    plan = gpu_support.fabricmanager_plan(catalog["driver"], _driver("470"), NVSWITCHES, "present", "h1")
+    assert plan["needed"] and plan["errors"] == []
+    assert plan["fabricmanager"] == {"package": "nvidia-fabricmanager-470", "version_of": "libnvidia-compute-470"}
+    assert plan["text"] == (
+        "4 NVSwitch(es) on the PCI bus (10de:22a3 at 0000:18:00.0, 0000:19:00.0, 0000:1a:00.0, 0000:1b:00.0) need "
+        "NVIDIA's fabric manager at exactly the driver's version"
+    )
+    pairs = list(zip(plan["apt_args"][::2], plan["apt_args"][1::2]))
+    assert ("--fabricmanager", "nvidia-fabricmanager-470=libnvidia-compute-470") in pairs
+    assert {flag for flag, _ in pairs} == {"--fabricmanager"}  # distro: apt already knows the driver's versions
+    repo = gpu_support.fabricmanager_plan(catalog["driver"], _driver("535", "cuda_repo"), NVSWITCHES, "present", "h1")
+    assert ("--apt", "cuda-drivers-535") in list(zip(repo["apt_args"][::2], repo["apt_args"][1::2]))
+
+
+def test_the_runfile_has_no_fabric_manager(gpu_support, catalog):
+    plan = gpu_support.fabricmanager_plan(catalog["driver"], _driver("535", "runfile"), NVSWITCHES, "present", "h1")
+    (error,) = plan["errors"]
+    assert error.startswith("h1: 4 NVSwitch(es) on the PCI bus (10de:22a3 at 0000:18:00.0, ")
+    assert "stack_driver_method: runfile installs none (NVIDIA's driver runfile has no fabric manager)" in error
+    assert "Allowed: stack_driver_method: cuda_repo (NVIDIA's CUDA repository publishes" in error
+    assert "; or stack_driver_method: distro (Ubuntu's packages;" in error
+    assert plan["fabricmanager"] == {}
+
+
+def test_focal_535_refused_naming_both_versions_and_the_branch_that_works(gpu_support, gpu_check, catalog, gpu_ids):
+    driver = _driver("535")
+    plan = gpu_support.fabricmanager_plan(catalog["driver"], driver, NVSWITCHES, "present", "h1")
+    check = gpu_support.fabricmanager_check(
+        plan, _focal_scan(gpu_check), catalog["driver"], driver, gpu_ids, {"gpus": []}, "h1", True
+    )
+    assert check["checked"]
+    (error,) = check["errors"]
+    for text in (
+        '(it refuses to start at any other, and CUDA then fails with "system not yet initialized")',
+        'stack_driver_branch "535" with stack_driver_method distro has none',
+        "apt here has nvidia-fabricmanager-535 535.247.01 (535.247.01-0ubuntu0.20.04.1)",
+        "the driver's libnvidia-compute-535 535.230.02 (535.230.02-0ubuntu0.20.04.1, apt's candidate)",
+        'Allowed: stack_driver_branch "470" (nvidia-fabricmanager-470 and libnvidia-compute-470 are both 470.256.02 '
+        "here); or stack_driver_method: cuda_repo (NVIDIA's CUDA repository",
+    ):
+        assert text in error, error
+
+
+def test_a_branch_that_does_not_drive_the_gpus_is_not_offered(gpu_support, gpu_check, catalog, gpu_ids):
+    """HGX H100: focal's 470 has a matching fabric manager but does not drive the H100."""
+    driver = _driver("535")
+    plan = gpu_support.fabricmanager_plan(catalog["driver"], driver, NVSWITCHES, "present", "h1")
+    check = gpu_support.fabricmanager_check(
+        plan, _focal_scan(gpu_check), catalog["driver"], driver, gpu_ids, H100S, "h1"
+    )
+    (error,) = check["errors"]
+    assert check["working"] == []
+    assert 'stack_driver_branch "470"' not in error
+    assert "Allowed: stack_driver_method: cuda_repo (" in error
+
+
+def test_focal_470_passes_the_preflight(gpu_support, gpu_check, catalog, gpu_ids):
+    driver = _driver("470")
+    plan = gpu_support.fabricmanager_plan(catalog["driver"], driver, NVSWITCHES, "present", "h1")
+    check = gpu_support.fabricmanager_check(
+        plan, _focal_scan(gpu_check), catalog["driver"], driver, gpu_ids, {"gpus": []}, "h1", True
+    )
+    assert (check["checked"], check["errors"]) == (True, [])
+    assert check["found"]["match"] == "470.256.02-0ubuntu0.20.04.1"
+
+
+def test_cuda_repo_is_checked_only_once_nvidias_repository_is_indexed(gpu_support, gpu_check, catalog, gpu_ids):
+    driver = _driver("535", "cuda_repo")
+    plan = gpu_support.fabricmanager_plan(catalog["driver"], driver, NVSWITCHES, "present", "h1")
+    scan = {**_focal_scan(gpu_check), "apt": {"cuda-drivers-535": gpu_check.parse_policy(UNKNOWN)}}
+    check = gpu_support.fabricmanager_check(plan, scan, catalog["driver"], driver, gpu_ids, {"gpus": []}, "h1", True)
+    assert (check["checked"], check["errors"]) == (False, [])

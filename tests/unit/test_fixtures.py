@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from testbed import driver_fixture, fixtures, mirror
+from testbed import driver_fixture, fixtures, mirror, scenarios
+from tests.conftest import unpinned_files
 
 ELF_MAGIC = b"\x7fELF"
 CATALOG = fixtures.load_catalog()
@@ -167,6 +169,29 @@ def test_inventory_vars_point_the_resolver_at_the_mirror(stack_catalog, catalog,
     toolkit = resolved["stack"]["cuda"]["toolkits"][0]["artifact"]
     assert toolkit["url"] == f"http://127.0.0.1:8123/{toolkit['source']}/{manifest[toolkit['file']]['path']}"
     assert toolkit["sha256"] == manifest[toolkit["file"]]["sha256"]
+
+
+def test_testbed_catalog_gives_the_fixture_toolkits_size_and_changes_nothing_else(
+    mirror_root, manifest, tmp_path, monkeypatch, stack_catalog
+):
+    monkeypatch.setattr(scenarios, "TESTBED_CATALOG", tmp_path / "catalog" / "stacks.yml")
+    written = yaml.safe_load(scenarios.testbed_catalog(mirror_root).read_text())
+    runfile = max(e["size"] for e in manifest.values() if e["kind"] == "cuda_runfile")
+    fixture_mb = scenarios.FIXTURE_UNPACKED_PER_BYTE * runfile // 2**20 + 1
+    assert 1000 < fixture_mb < 4000  # the fixture toolkit, not NVIDIA's 8-9 GB
+    assert {v: e["disk_mb"] for v, e in written["cuda"].items()} == {v: fixture_mb for v in CATALOG["cuda"]}
+    # Everything else is the catalog's own: put the real figures back and the two are equal.
+    for version, entry in written["cuda"].items():
+        entry["disk_mb"] = CATALOG["cuda"][version]["disk_mb"]
+    assert written == CATALOG
+    # The resolver counts the smaller figure for the default stack's parts, and nothing else moves.
+    settings = {"artifact_checksums": {n: "ab" * 32 for n in unpinned_files(CATALOG)}}
+    real = stack_catalog.resolve_stack(CATALOG, settings)["stack"]
+    bed = stack_catalog.resolve_stack(yaml.safe_load(scenarios.TESTBED_CATALOG.read_text()), settings)["stack"]
+    assert bed["disk_mb"] == real["disk_mb"] - CATALOG["cuda"][real["cuda"]["version"]]["disk_mb"] + fixture_mb
+    assert {k: v for k, v in bed.items() if k not in ("disk", "disk_mb")} == {
+        k: v for k, v in real.items() if k not in ("disk", "disk_mb")
+    }
 
 
 # --- the CUDA runfile ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.unit.conftest import STUB_RTX3090, STUB_VARIABLES
 
 VERIFY = ROOT / "verify"
 
@@ -26,21 +27,7 @@ from msgpu_verify import gpu_probe  # noqa: E402
 
 STUBS = Path(__file__).resolve().parent / "stub_cuda"
 SOURCE = VERIFY / "msgpu_verify" / "gpu_probe.py"
-RTX3090 = "NVIDIA GeForce RTX 3090:8.6:24268"
-STUB_VARIABLES = [
-    "STUB_CUDA_INIT_RESULT",
-    "STUB_CUDA_COUNT_RESULT",
-    "STUB_CUDA_DEVICES",
-    "STUB_CUDA_DRIVER_VERSION",
-    "STUB_CUDA_KERNEL",
-    "STUB_CUDA_BAD_DEVICE",
-    "STUB_NVML_INIT_RESULT",
-    "STUB_NVML_DRIVER",
-    "STUB_NVML_PERSISTENCE",
-    "STUB_NVML_ECC",
-    "MSGPU_LIBCUDA",
-    "MSGPU_LIBNVML",
-]
+RTX3090 = STUB_RTX3090
 
 
 @pytest.fixture()

@@ -1,12 +1,13 @@
 """Security rules every role and playbook keeps, checked on the source (fast, no host needed).
 
-The host-side counterpart is verify/testinfra/test_security.py (modes, owners, keyrings on a
-converged host). Credentials are covered by
-tests/unit/test_artifact_cache.py::test_an_index_password_is_never_printed (the artifact cache's
-reports never show an index URL's password) and
-tests/integration/test_role_settings.py::test_role_setting_is_refused_before_any_role_runs (a bad
-index URL's password is masked in the preflight's refusal); test_the_cited_credential_tests_exist
-proves these tests are there and check what they are cited for.
+The host-side counterpart is verify/testinfra/test_security.py (owners and modes under the trees it
+lists, apt keys and sources, on a converged host; not every path the roles write as root). An index
+URL's password: never on a command line (test_no_index_url_or_password_reaches_a_command_line below),
+never in the artifact cache's reports
+(tests/unit/test_artifact_cache.py::test_an_index_password_is_never_printed), masked in the
+preflight's refusal of a bad mindspore_pip_index_url
+(tests/integration/test_role_settings.py::test_role_setting_is_refused_before_any_role_runs);
+test_the_cited_credential_tests_exist proves these two are there and check what they are cited for.
 """
 
 from __future__ import annotations

@@ -416,3 +416,38 @@ def test_focals_transitional_branches_are_refused_for_the_distro_method_saying_w
         assert 'stack_driver_branch: "535"' in error and error.endswith("allowed for it: runfile, cuda_repo")
         assert resolve(driver_branch=branch, driver_method="runfile")["errors"] == []
     assert resolve(name="ms2.2-cuda11.6")["stack"]["driver"]["branch"] == "535"
+
+
+# --- the catalog rules the resolver offers as public helpers (the test bed's scenarios use them too) ------
+def test_accepted_versions_are_the_stacks_own_then_its_also_accepts(stack_catalog, catalog):
+    for name, stack in catalog["stacks"].items():
+        for component in ("mindspore", "cudnn", "nccl", "tensorrt"):
+            accepted = stack_catalog.accepted_versions(catalog, component, name)
+            assert accepted == [str(stack[component]), *map(str, stack.get("also_accepts", {}).get(component, []))]
+            with_wheel = stack_catalog.accepted_versions(catalog, component, name, method="wheel")
+            assert with_wheel == [v for v in accepted if "wheel" in catalog[component][v]]
+    # No name: the default stack's (the seed's); NCCL's wheel is its own, the seed's tarball also accepted.
+    assert stack_catalog.accepted_versions(catalog, "nccl") == ["2.14.3", "2.8.4"]
+    assert stack_catalog.accepted_versions(catalog, "cudnn", method="wheel") == ["8.5.0"]
+
+
+def test_cuda_versions_for_driver_are_those_whose_minimum_it_meets_oldest_first(stack_catalog, catalog):
+    assert stack_catalog.cuda_versions_for_driver(catalog, "450.80.02") == ["11.1"]
+    assert stack_catalog.cuda_versions_for_driver(catalog, "470.86") == ["11.1", "11.4"]
+    assert stack_catalog.cuda_versions_for_driver(catalog, "418.39") == []
+    # Ordered by version, not as text (11.10 after 11.4).
+    cudas = {"11.10": {"minimum_driver": "520.61.05"}, "11.4": {"minimum_driver": "470.42.01"}}
+    assert stack_catalog.cuda_versions_for_driver({"cuda": cudas}, "525.60.13") == ["11.4", "11.10"]
+
+
+def test_the_test_beds_scenarios_resolve_without_errors(stack_catalog, catalog, pinned):
+    """Each molecule scenario's stack settings (testbed/scenarios.py), over the sandbox hosts' seed NCCL."""
+    from testbed import scenarios
+
+    assert scenarios.seed_nccl() == {"stack_nccl_version": "2.8.4", "stack_nccl_method": "tarball"}
+    assert scenarios.second_cuda() == ["11.4"]
+    for name, settings in scenarios.SCENARIO_VARS.items():
+        merged = {**scenarios.seed_nccl(), **settings}
+        stack = {key.removeprefix("stack_"): value for key, value in merged.items() if key.startswith("stack_")}
+        result = stack_catalog.resolve_stack(catalog, {"artifact_checksums": pinned, **stack})
+        assert result["errors"] == [], (name, result["errors"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from msgpu_verify import __main__ as cli
+from msgpu_verify import bench as bench_mod
 from msgpu_verify import serving
 
 DATA = ["--data", "/nonexistent/mnist"]
@@ -87,7 +88,17 @@ def test_the_bounds_themselves_are_allowed(command, option, value, parsed):
 def test_defaults_are_within_the_bounds():
     bench = parse("bench")
     assert (bench.epochs, bench.batch_size, bench.lr, bench.momentum, bench.random_seed) == (3, 32, 0.01, 0.9, 1)
-    assert bench.timeout is None  # run_bench's own default: 900 s, 80 s with --quick
+    # the seed's hyperparameters, from bench.py's named defaults (the verify role passes its own epochs and limit)
+    assert (bench.epochs, bench.batch_size, bench.lr, bench.momentum, bench.random_seed) == (
+        bench_mod.DEFAULT_EPOCHS,
+        bench_mod.BATCH_SIZE,
+        bench_mod.LR,
+        bench_mod.MOMENTUM,
+        bench_mod.RANDOM_SEED,
+    )
+    assert bench.timeout is None  # run_bench's own default: DEFAULT_TIMEOUT_S, QUICK_TIMEOUT_S with --quick
+    assert (bench_mod.child_timeout(None, False), bench_mod.child_timeout(None, True)) == (900.0, 80.0)
+    assert bench_mod.child_timeout(75, True) == 75.0
     assert parse("judge").timeout == 120.0
     assert (parse("mnist").timeout, parse("mnist").retries) == (60.0, 3)
     assert parse("report").slow_below == 0.8

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -21,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from msgpu_verify import doctor  # noqa: E402
 from msgpu_verify.__main__ import main as cli_main  # noqa: E402
+
+from tests.unit.conftest import STUB_RTX3090, STUB_VARIABLES  # noqa: E402
 
 KERNEL = "5.4.0-100-generic"
 CUDA_HOME = "/usr/local/cuda-11.1"
@@ -811,3 +816,251 @@ def test_cli_names_the_nvidia_smi_to_ask(tree: Tree, tmp_path: Path, capsys: pyt
     assert doctor.main([*args, "--nvidia-smi", str(elsewhere)]) == 0  # a warning, not an error
     finding = by_id(json.loads(capsys.readouterr().out))["persistence-mode-off"]
     assert finding["evidence"][0].startswith(f"`{elsewhere} -q`: GPU 00000000:01:00.0")
+
+
+# ------------------------------------------------------------------------------------------- GPU probe
+# The doctor runs the real gpu_probe.py (through judge.run_driver_probe, in a child) against the stand-in
+# libcuda / libnvidia-ml of tests/unit/stub_cuda (tests/unit/conftest.py builds them); the stubs answer from
+# the STUB_* variables, which the probe's child inherits from this process.
+
+RTX3090 = STUB_RTX3090
+
+
+@pytest.fixture
+def gpus(monkeypatch: pytest.MonkeyPatch, stub_cuda: Dict[str, str]):
+    """Sets the stubs' variables (two healthy RTX 3090 with driver 470.82.01, persistence on, no ECC unless
+    overridden) and returns a function that runs the doctor on the tree with the probe on the stubs."""
+    for name in STUB_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    defaults = {
+        "STUB_CUDA_DEVICES": ",".join([RTX3090] * 2),
+        "STUB_NVML_DRIVER": "470.82.01",
+        "STUB_NVML_PERSISTENCE": "1",
+        "STUB_NVML_ECC": "unsupported",
+    }
+
+    def run(tree: Tree, libcuda: Optional[str] = None, timeout_s: float = 30.0, **stub: object) -> Dict:
+        for name, value in {**defaults, **stub}.items():
+            monkeypatch.setenv(name, str(value))
+        host = tree.host()
+        host.gpu_probe, host.gpu_probe_timeout_s = True, timeout_s
+        host.libcuda, host.libnvml = libcuda or stub_cuda["cuda"], stub_cuda["nvml"]
+        return doctor.diagnose(host)
+
+    return run
+
+
+def test_a_working_gpu_probe_adds_nothing_and_is_recorded(tree: Tree, gpus) -> None:
+    document = gpus(tree)
+    assert problems(document) == {}, problems(document)
+    probe = document["gpu_probe"]
+    assert probe["state"] == "ran" and probe["verdict"] == "OK"
+    assert probe["summary"] == "OK (2 x NVIDIA GeForce RTX 3090)"
+    assert probe["document"]["nvml"]["driver_version"] == "470.82.01"
+    assert "gpu-probe" in document["rules"]
+    assert doctor.render(document).splitlines()[1] == "GPU probe (no MindSpore): OK (2 x NVIDIA GeForce RTX 3090)"
+
+
+@pytest.mark.parametrize(
+    ("code", "name", "meaning", "fix"),
+    [
+        (999, "CUDA_ERROR_UNKNOWN", "the driver failed without saying why", "sudo modprobe nvidia_uvm"),
+        (3, "CUDA_ERROR_NOT_INITIALIZED", "cuInit failed earlier", "Reload the driver or reboot"),
+        # The stub's cuGetErrorName does not know 803 and 804: gpu_probe.py's own table names them.
+        (803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "different driver releases", "Reboot so the kernel module"),
+        (804, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", "forward-compatibility", "cuda-compat"),
+    ],
+)
+def test_cuinit_failing_names_the_cuda_error_and_what_it_means(
+    tree: Tree, gpus, code: int, name: str, meaning: str, fix: str
+) -> None:
+    write(tree.proc / "modules", "nvidia 35000000 0 - Live 0x0\n")  # nvidia_uvm not loaded
+    document = gpus(tree, STUB_CUDA_INIT_RESULT=code)
+    finding = by_id(document)["cuda-init-failed"]
+    assert finding["severity"] == "error" and document["ok"] is False
+    assert finding["title"].startswith(f"The CUDA driver fails before any framework: cuInit returned {name} ({code}): ")
+    assert meaning in finding["title"]
+    assert f"cuInit returned {name} ({code}): " in "\n".join(finding["evidence"])
+    assert "NVML: driver 470.82.01" in finding["evidence"]
+    assert fix in finding["fix"] and "gpu-probe" in finding["fix"]
+    assert (f"{tree.proc / 'modules'}: nvidia_uvm is not loaded" in finding["evidence"]) is (code == 999)
+    assert document["gpu_probe"]["verdict"] == "DRIVER_ERROR"
+
+
+def test_no_device_while_the_module_is_loaded(tree: Tree, gpus) -> None:
+    document = gpus(tree, STUB_CUDA_INIT_RESULT=100, CUDA_VISIBLE_DEVICES="")
+    finding = by_id(document)["cuda-no-device"]
+    assert finding["severity"] == "error"
+    assert "cuInit returned CUDA_ERROR_NO_DEVICE (100): the driver sees no CUDA-capable GPU" in "\n".join(
+        finding["evidence"]
+    )
+    assert "the doctor's CUDA_VISIBLE_DEVICES=''" in finding["evidence"]
+    assert "nvidia-modprobe" in finding["fix"] and "Xid 79" in finding["fix"]
+    # The module not loaded: driver-not-loaded says it, with the probe's answer, and no second finding.
+    (tree.sys / "module/nvidia/version").unlink()
+    document = gpus(tree, STUB_CUDA_INIT_RESULT=100)
+    assert "cuda-no-device" not in by_id(document)
+    evidence = by_id(document)["driver-not-loaded"]["evidence"]
+    assert evidence[-1].startswith(
+        "GPU probe (gpu_probe.py, no MindSpore): NO_DEVICE: cuInit says CUDA_ERROR_NO_DEVICE"
+    )
+
+
+def test_a_host_without_gpus_on_purpose_stays_quiet_whatever_the_probe_says(tree: Tree, gpus, tmp_path: Path) -> None:
+    """stack_no_gpu (the sandbox): no device, no libcuda at all, or a failing cuInit add no finding, not even a
+    note (tests/system/test_doctor.py allows none); the answer is in the document."""
+    tree.expect["no_gpu"] = True
+    without = {f["id"] for f in doctor.diagnose(tree.host())["findings"]}
+    for stub in ({"STUB_CUDA_INIT_RESULT": 100}, {"STUB_CUDA_DEVICES": ""}, {"STUB_CUDA_INIT_RESULT": 999}):
+        document = gpus(tree, STUB_NVML_INIT_RESULT=9, **stub)
+        assert {f["id"] for f in document["findings"]} == without, (stub, document["findings"])
+        assert document["gpu_probe"]["verdict"] in ("NO_DEVICE", "DRIVER_ERROR")
+    document = gpus(tree, libcuda=str(tmp_path / "libcuda.so.1"))
+    assert {f["id"] for f in document["findings"]} == without
+    assert document["gpu_probe"]["verdict"] == "NO_DRIVER"
+    assert doctor.render(document).splitlines()[1].startswith("GPU probe (no MindSpore): NO_DRIVER: ")
+
+
+def test_libcuda_installed_but_unloadable(tree: Tree, gpus) -> None:
+    broken = tree.root / "usr/lib/x86_64-linux-gnu/libcuda.so.470.82.01"  # 4 bytes, not a library
+    document = gpus(tree, libcuda=str(broken))
+    finding = by_id(document)["cuda-driver-unloadable"]
+    assert finding["severity"] == "error" and "driver-user-space-missing" not in by_id(document)
+    assert "cannot be loaded" in finding["evidence"][0] and str(broken) in finding["evidence"][0]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "step", "error"),
+    [
+        ("launch_fail", "cuLaunchKernel", "CUDA_ERROR_LAUNCH_FAILED (719) - the kernel crashed on the GPU"),
+        ("jit_fail", "cuModuleLoadData", "CUDA_ERROR_INVALID_PTX (218) - the driver cannot JIT-compile PTX"),
+        ("wrong", "result", "1 of 256 results wrong, first out[7]"),
+    ],
+)
+def test_a_kernel_that_fails_on_one_gpu(tree: Tree, gpus, kernel: str, step: str, error: str) -> None:
+    document = gpus(tree, STUB_CUDA_KERNEL=kernel, STUB_CUDA_BAD_DEVICE=1)
+    finding = by_id(document)["gpu-kernel-failed"]
+    assert finding["severity"] == "error"
+    assert finding["title"].startswith("A tiny CUDA kernel fails on 1 of 2 GPU(s) without any framework")
+    assert finding["evidence"][0].startswith(
+        f"GPU 1 (NVIDIA GeForce RTX 3090, compute capability 8.6): {step} failed: {error}"
+    )
+    assert len(finding["evidence"]) == 2 and finding["evidence"][1] == "NVML: driver 470.82.01"
+    assert "nvidia-smi -r -i" in finding["fix"]
+
+
+def test_the_running_driver_against_the_catalogs(tree: Tree, gpus) -> None:
+    finding = by_id(gpus(tree, STUB_NVML_DRIVER="535.104.05"))["driver-version-unexpected"]
+    assert finding["severity"] == "warning"
+    assert (
+        finding["title"] == "The running driver is 535.104.05, the stack installs branch 470 (distro's nvidia-dkms-470)"
+    )
+    assert finding["evidence"][0] == "NVML (gpu_probe.py) nvmlSystemGetDriverVersion: 535.104.05"
+    assert "driver-version-unexpected" not in by_id(gpus(tree, STUB_NVML_DRIVER="470.256.02"))  # same branch
+    tree.expect["driver"] = {"branch": "470", "method": "runfile", "version": "470.82.01", "packages": []}
+    assert "driver-version-unexpected" not in by_id(gpus(tree, STUB_NVML_DRIVER="470.82.01"))
+    finding = by_id(gpus(tree, STUB_NVML_DRIVER="470.256.02"))["driver-version-unexpected"]
+    assert finding["title"] == "The running driver is 470.256.02, the stack installs the runfile's 470.82.01"
+
+
+def test_nvml_refusing_with_a_version_mismatch_is_the_nvml_mismatch(tree: Tree, gpus) -> None:
+    """The library files' versions agree, yet NVML says the loaded module is another release (nvmlInit_v2
+    answers 18): the existing nvml-mismatch finding, with NVML's words."""
+    document = gpus(tree, STUB_NVML_INIT_RESULT=18)
+    finding = by_id(document)["nvml-mismatch"]
+    assert finding["severity"] == "error"
+    assert finding["title"] == (
+        "NVML driver/library version mismatch: nvmlInit_v2: Driver/library version mismatch (18)"
+    )
+    assert finding["evidence"][-1] == "NVML (gpu_probe.py): nvmlInit_v2: Driver/library version mismatch (18)"
+    assert "reboot" in finding["fix"]
+    assert "nvml-mismatch" not in by_id(gpus(tree, STUB_NVML_INIT_RESULT=9))  # "Driver Not Loaded" is not it
+
+
+def test_persistence_mode_off_from_nvml(tree: Tree, gpus) -> None:
+    """NVML answers where nvidia-smi cannot (none on this host), and overrides the daemon's command line: the
+    daemon runs --persistence-mode, so today's rule alone is quiet."""
+    tree.nvidia_smi(NVIDIA_SMI_NO_DRIVER, status=9)
+    assert "persistence-mode-off" not in by_id(gpus(tree))  # NVML says on
+    finding = by_id(gpus(tree, STUB_NVML_PERSISTENCE=0))["persistence-mode-off"]
+    assert finding["severity"] == "warning"
+    assert finding["title"].startswith("Persistence mode is off on 2 of 2 GPU(s)")
+    assert finding["evidence"][:2] == [
+        "NVML (gpu_probe.py) nvmlDeviceGetPersistenceMode: GPU 0 00000000:01:00.0 (NVIDIA GeForce RTX 3090): off",
+        "NVML (gpu_probe.py) nvmlDeviceGetPersistenceMode: GPU 1 00000000:02:00.0 (NVIDIA GeForce RTX 3090): off",
+    ]
+    assert finding["evidence"][2].startswith("nvidia-smi gave no GPUs: ")
+    assert "`sudo nvidia-smi -pm 1`" in finding["fix"]
+    # Both answer: both are shown, nvidia-smi's lines first.
+    tree.nvidia_smi(NVIDIA_SMI_Q_OFF)
+    evidence = by_id(gpus(tree, STUB_NVML_PERSISTENCE=0))["persistence-mode-off"]["evidence"]
+    assert "Persistence Mode : Disabled" in evidence[0] and "nvmlDeviceGetPersistenceMode" in evidence[2]
+    # A host without GPUs on purpose: never.
+    tree.expect["no_gpu"] = True
+    assert "persistence-mode-off" not in by_id(gpus(tree, STUB_NVML_PERSISTENCE=0))
+
+
+def test_ecc_off_is_a_note(tree: Tree, gpus) -> None:
+    finding = by_id(gpus(tree, STUB_NVML_ECC=0))["ecc-off"]
+    assert finding["severity"] == "info"
+    assert finding["title"].startswith("ECC is off on 2 of 2 GPU(s) that support it")
+    assert (
+        finding["evidence"][1]
+        == "NVML (gpu_probe.py) nvmlDeviceGetEccMode: GPU 1 00000000:02:00.0 (NVIDIA GeForce RTX 3090): off"
+    )
+    assert "nvidia-smi -e 1" in finding["fix"]
+    for ecc in (1, "unsupported"):
+        assert "ecc-off" not in by_id(gpus(tree, STUB_NVML_ECC=ecc))
+
+
+@pytest.mark.parametrize(
+    ("action", "severity", "said"),
+    [("hang", "error", "did not finish within 1 s"), ("abort", "warning", "killed by signal 6")],
+)
+def test_a_probe_that_hangs_or_crashes(tree: Tree, gpus, action: str, severity: str, said: str) -> None:
+    started = time.monotonic()
+    document = gpus(tree, timeout_s=1.0, STUB_CUDA_INIT_ACTION=action)
+    assert time.monotonic() - started < 15
+    finding = by_id(document)["gpu-probe-no-answer"]
+    assert finding["severity"] == severity and said in finding["evidence"][0]
+    assert document["gpu_probe"]["state"] == ("timeout" if action == "hang" else "crashed")
+    tree.expect["no_gpu"] = True
+    assert "gpu-probe-no-answer" not in by_id(gpus(tree, timeout_s=1.0, STUB_CUDA_INIT_ACTION=action))
+
+
+def test_the_probe_is_not_run_on_a_substituted_root_unless_asked(tree: Tree, gpus) -> None:
+    document = tree.diagnose()
+    assert document["gpu_probe"]["state"] == "skipped" and "--root" in document["gpu_probe"]["reason"]
+    host = tree.host()
+    host.gpu_probe = False
+    assert doctor.diagnose(host)["gpu_probe"]["reason"] == "--no-gpu-probe"
+
+
+def _doctor_file(tmp_path: Path, tree: Tree, script: Path, stub_cuda: Dict[str, str], *extra: str):
+    args = [sys.executable, str(script), "--expect-json", json.dumps(tree.expect), "--root", str(tree.root)]
+    args += ["--proc", str(tree.proc), "--sys", str(tree.sys), "--json", "-", "--libcuda", stub_cuda["cuda"]]
+    args += ["--libnvml", stub_cuda["nvml"], *extra]
+    env = {**os.environ, "STUB_CUDA_DEVICES": RTX3090, "STUB_CUDA_KERNEL": "launch_fail"}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path), check=False)
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)
+
+
+def test_doctor_py_as_a_file_runs_the_probe_from_the_files_beside_it(tree: Tree, tmp_path: Path, stub_cuda) -> None:
+    """What the verify role does: doctor.py, judge.py, _proc.py, gpu_probe.py and __init__.py in a folder named
+    msgpu_verify, `python3 <folder>/doctor.py ...` (no PYTHONPATH); doctor.py copied alone runs without it."""
+    folder = tmp_path / "scratch" / "msgpu_verify"
+    folder.mkdir(parents=True)
+    source = ROOT / "verify" / "msgpu_verify"
+    for name in (*doctor.PROBE_FILES, "doctor.py"):
+        (folder / name).write_bytes((source / name).read_bytes())
+    document = _doctor_file(tmp_path, tree, folder / "doctor.py", stub_cuda, "--gpu-probe")
+    assert document["gpu_probe"]["verdict"] == "KERNEL_FAILED"
+    assert by_id(document)["gpu-kernel-failed"]["severity"] == "error"
+    document = _doctor_file(tmp_path, tree, folder / "doctor.py", stub_cuda, "--no-gpu-probe")
+    assert document["gpu_probe"]["reason"] == "--no-gpu-probe" and "gpu-kernel-failed" not in by_id(document)
+    (folder / "judge.py").unlink()
+    document = _doctor_file(tmp_path, tree, folder / "doctor.py", stub_cuda, "--gpu-probe")
+    assert document["gpu_probe"]["state"] == "skipped" and "judge.py" in document["gpu_probe"]["reason"]
+    assert "gpu-kernel-failed" not in by_id(document)

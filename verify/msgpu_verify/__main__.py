@@ -1,6 +1,6 @@
 """Command line: ``python -m msgpu_verify <command> ...``.
 
-Commands: judge, warmup, gpu-smoke, mnist, bench, serving, distributed, report, seed, doctor, gpu-probe.
+Commands: judge, warmup, gpu-smoke, mnist, bench, serving, distributed, report, seed, doctor, gpu-probe, limits.
 
 verify/README.md describes every command.
 """
@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from . import bench as bench_mod
 from . import distributed as distributed_mod
 from . import doctor as doctor_mod
 from . import gpu_probe as gpu_probe_mod
 from . import judge as judge_mod
+from . import limits as limits_mod
 from . import mnist as mnist_mod
 from . import serving as serving_mod
 from . import smoke as smoke_mod
@@ -178,6 +180,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_limits(args: argparse.Namespace) -> int:
+    """The worst-case wall time of one command line, read by that command's own parser (its defaults included)."""
+    if not args.argv or args.argv[0] not in limits_mod.COMMANDS:
+        print(f"limits: name one of {', '.join(limits_mod.COMMANDS)} and its arguments", file=sys.stderr)
+        return 2
+    document = limits_mod.describe(build_parser().parse_args(args.argv))
+    print(json.dumps(document, sort_keys=True) if args.json else f"{document['worst_case_s']:g}")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_mod.run(args)
 
@@ -256,18 +268,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="the seed's LeNet5 training, measured")
     p.add_argument("--device", default="CPU", choices=["CPU", "GPU"])
     p.add_argument("--data", required=True)
-    p.add_argument("--epochs", type=_epochs, default=3)
-    p.add_argument("--batch-size", type=_batch_size, default=32)
-    p.add_argument("--lr", type=_lr, default=0.01)
-    p.add_argument("--momentum", type=_momentum, default=0.9)
-    p.add_argument("--sink", default="auto", choices=["auto", "on", "off"])
-    p.add_argument("--quick", action="store_true")
     p.add_argument(
-        "--random-seed", type=_random_seed, default=1, help="weights and shuffles (default 1: every run comparable)"
+        "--epochs", type=_epochs, default=bench_mod.DEFAULT_EPOCHS, help=f"default {bench_mod.DEFAULT_EPOCHS}"
+    )
+    p.add_argument("--batch-size", type=_batch_size, default=bench_mod.BATCH_SIZE)
+    p.add_argument("--lr", type=_lr, default=bench_mod.LR)
+    p.add_argument("--momentum", type=_momentum, default=bench_mod.MOMENTUM)
+    p.add_argument("--sink", default="auto", choices=["auto", "on", "off"])
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"at most {bench_mod.QUICK_EPOCHS} epochs (still every image); default --timeout "
+        f"{bench_mod.QUICK_TIMEOUT_S:g} s",
+    )
+    p.add_argument(
+        "--random-seed",
+        type=_random_seed,
+        default=bench_mod.RANDOM_SEED,
+        help=f"weights and shuffles (default {bench_mod.RANDOM_SEED}: every run comparable)",
     )
     p.add_argument("--compare-seed", action="store_true")
     p.add_argument("--save-checkpoint", metavar="PATH", help="save the trained LeNet5 there (for `serving`)")
-    p.add_argument("--timeout", type=_timeout, help="the training child's limit (s; default 900, --quick 80)")
+    p.add_argument(
+        "--timeout",
+        type=_timeout,
+        help=f"the training child's limit (s; default {bench_mod.DEFAULT_TIMEOUT_S:g}, --quick "
+        f"{bench_mod.QUICK_TIMEOUT_S:g}; the seed's script gets {limits_mod.SEED_TIMEOUT_FACTOR}x it)",
+    )
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--json")
     p.set_defaults(func=cmd_bench)
@@ -300,6 +327,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gpu-probe", help="libcuda + NVML through ctypes: devices, a PTX kernel on each, one verdict")
     gpu_probe_mod.add_arguments(p)
     p.set_defaults(func=cmd_gpu_probe)
+
+    p = sub.add_parser(
+        "limits",
+        help="the worst-case seconds of a command line (warmup, judge, bench, distributed, serving): limits.py",
+        description="Prints the worst-case wall time (s) of `python -m msgpu_verify COMMAND ARGS`, from the limits "
+        "that command line sets (its own defaults included), e.g. `limits bench --data D --timeout 1800 "
+        "--compare-seed`. The formulas: msgpu_verify/limits.py.",
+    )
+    p.add_argument("--json", action="store_true", help="the command, its worst case and the formulas' fixed terms")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS]")
+    p.set_defaults(func=cmd_limits)
 
     sub.add_parser("seed", help="the seed's main.py command line (--data_url=DIR ...) on the fast harness")
     return parser

@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ._args import bounded
 from ._proc import ChildResult, run_child
+from .limits import HOSTNAME_S, NVIDIA_SMI_S, SAMPLER_JOIN_S
 
 RANK_MARKER = "@@MSGPU_DIST_RANK@@"
 VERDICTS = ("OK", "NO_GPU", "ONE_GPU_BUSY", "FAIL", "HANG")
@@ -95,7 +96,7 @@ HINTS = {
 # --------------------------------------------------------------------------------------------- launcher
 
 
-def count_gpus(nvidia_smi: str, timeout_s: float = 30.0) -> Tuple[int, str]:
+def count_gpus(nvidia_smi: str, timeout_s: float = NVIDIA_SMI_S) -> Tuple[int, str]:
     """GPUs that ``nvidia-smi -L`` lists, with the reason when there are none."""
     try:
         done = subprocess.run(
@@ -139,7 +140,7 @@ def local_names() -> Set[str]:
     """Names and addresses under which a hostfile can list this host."""
     names = {"localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn()}
     try:
-        out = subprocess.run(["hostname", "-I"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=5)
+        out = subprocess.run(["hostname", "-I"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=HOSTNAME_S)
         names.update(out.stdout.decode().split())
     except (OSError, subprocess.TimeoutExpired):
         pass
@@ -542,7 +543,7 @@ def run_launcher(args: argparse.Namespace) -> Dict[str, Any]:
     finally:
         if sampler is not None:
             sampler.stop_event.set()
-            sampler.join(timeout=15)
+            sampler.join(timeout=SAMPLER_JOIN_S)
     if sampler is not None and sampler.error and not sampler.seen:
         document["notes"].append(sampler.error)
     elif sampler is not None and not sampler.seen:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib
 import json
 import os
 import re
@@ -56,6 +57,33 @@ SYSTEMD_UNIT_DIRS = (
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
 # The nvidia_driver role's drop-in for Ubuntu's unit (distro and cuda_repo methods).
 PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/msgpu-persistence.conf"
+# The GPU probe (gpu_probe.py: libcuda and NVML through ctypes, no MindSpore) runs through the judge's
+# run_driver_probe, in a child with a hard timeout: a broken driver can hang in cuInit.
+GPU_PROBE_TIMEOUT = 30.0
+# What doctor.py needs beside it to run the probe when it runs as a lone file (the verify role copies these).
+PROBE_FILES = ("__init__.py", "_proc.py", "judge.py", "gpu_probe.py")
+# What a CUresult from cuInit, cuDeviceGetCount or the probe's kernel steps means on a GPU host, in plain words
+# (cuda.h's CUresult values; gpu_probe.py names them through the driver's cuGetErrorName).
+CUDA_MEANINGS = {
+    2: "the GPU's memory is exhausted (other processes hold it: `nvidia-smi` lists them)",
+    3: "the CUDA driver is not initialized: cuInit failed earlier in this process",
+    35: "the CUDA driver library (libcuda) is newer than the loaded NVIDIA kernel module can serve",
+    46: "the GPUs are busy or unavailable: compute mode Exclusive_Process/Prohibited (`nvidia-smi -q -d COMPUTE`)",
+    100: "the driver sees no CUDA-capable GPU (no /dev/nvidia<N>, CUDA_VISIBLE_DEVICES hides them, or the GPUs "
+    "fell off the bus: `sudo dmesg | grep -i xid`)",
+    101: "a device ordinal that does not exist (CUDA_VISIBLE_DEVICES names a GPU the host does not have)",
+    209: "no kernel image for this GPU",
+    218: "the driver cannot JIT-compile PTX (a broken or mismatched libnvidia-ptxjitcompiler)",
+    222: "the PTX is newer than this driver supports",
+    304: "an operating-system call failed: usually /dev/nvidia* cannot be opened (permissions, or a container "
+    "without the devices)",
+    719: "the kernel crashed on the GPU (a hardware or driver fault: `sudo dmesg | grep -i xid`)",
+    802: "the system is not ready: on NVSwitch hosts nvidia-fabricmanager is not running",
+    803: "libcuda and the loaded NVIDIA kernel module are from different driver releases",
+    804: "libcuda is a forward-compatibility copy (cuda-compat) this GPU does not support",
+    999: "the driver failed without saying why: often nvidia_uvm is not loaded (or needs reloading after a "
+    "suspend), or a GPU in a bad state",
+}
 
 
 @dataclass
@@ -91,6 +119,12 @@ class Host:
     # nvidia-smi to ask (`-q`): None finds it (PATH, or <root>/usr/bin/nvidia-smi under a substituted
     # root, where a stand-in can print a real GPU host's output); '' asks none.
     nvidia_smi: Optional[str] = None
+    # The GPU probe: None runs it on the real root only (a substituted tree's libraries are not this
+    # machine's), True always, False never; libcuda/libnvml ('' = the probe's default) name the libraries.
+    gpu_probe: Optional[bool] = None
+    gpu_probe_timeout_s: float = GPU_PROBE_TIMEOUT
+    libcuda: str = ""
+    libnvml: str = ""
     cache: Dict[str, Any] = field(default_factory=dict)
 
     def path(self, absolute: str) -> Path:
@@ -614,6 +648,95 @@ def gpu_persistence(text: str) -> List[Dict[str, str]]:
     return gpus
 
 
+# ----------------------------------------------------------------------------------------------- GPU probe
+
+
+def driver_probe_runner() -> Tuple[Optional[Callable[..., Dict[str, Any]]], str]:
+    """The judge's run_driver_probe (gpu_probe.py in a child with a hard timeout), and why not when it is missing.
+
+    In the package (``python -m msgpu_verify doctor``) it is imported as usual; doctor.py run as a file
+    imports the package it sits in when the files it needs are beside it (the verify role copies them), and
+    runs without the probe when it was copied alone."""
+    try:
+        if __package__:
+            from . import judge
+
+            return judge.run_driver_probe, ""
+        folder = Path(__file__).resolve().parent
+        missing = [name for name in PROBE_FILES if not (folder / name).is_file()]
+        if missing:
+            return None, f"{', '.join(missing)} not beside {Path(__file__).resolve()} (it runs alone)"
+        if str(folder.parent) not in sys.path:
+            sys.path.insert(0, str(folder.parent))
+        return importlib.import_module(folder.name + ".judge").run_driver_probe, ""
+    except ImportError as exc:
+        return None, f"the GPU probe cannot be imported: {exc}"
+
+
+def gpu_probe_record(host: Host) -> Dict[str, Any]:
+    """The GPU probe's record (judge.run_driver_probe's: state, verdict, reason, summary, document), run once."""
+    if "gpu_probe" in host.cache:
+        return host.cache["gpu_probe"]
+    wanted = host.gpu_probe if host.gpu_probe is not None else host.root == Path("/")
+    reason = ""
+    runner: Optional[Callable[..., Dict[str, Any]]] = None
+    if host.gpu_probe is False:
+        reason = "--no-gpu-probe"
+    elif not wanted:
+        reason = "the root is substituted (--root): its libraries are not this machine's (--gpu-probe runs it)"
+    else:
+        runner, reason = driver_probe_runner()
+    if runner is None:
+        record: Dict[str, Any] = {
+            "state": "skipped",
+            "verdict": None,
+            "reason": reason,
+            "summary": "skipped: " + reason,
+        }
+    else:
+        env = dict(os.environ)
+        for variable, value in (("MSGPU_LIBCUDA", host.libcuda), ("MSGPU_LIBNVML", host.libnvml)):
+            if value:
+                env[variable] = value
+        record = runner(host.gpu_probe_timeout_s, env=env)
+    host.cache["gpu_probe"] = record
+    return record
+
+
+def probe_document(host: Host) -> Dict[str, Any]:
+    """The probe's own JSON when it ran and answered ({} otherwise)."""
+    record = gpu_probe_record(host)
+    document = record.get("document") if record.get("state") == "ran" else None
+    return document if isinstance(document, dict) else {}
+
+
+def probe_nvml_devices(host: Host) -> List[Dict[str, Any]]:
+    nvml = probe_document(host).get("nvml")
+    if not isinstance(nvml, dict) or not nvml.get("available"):
+        return []
+    return [d for d in nvml.get("devices") or [] if isinstance(d, dict)]
+
+
+def probe_line(host: Host) -> str:
+    """The probe's answer as one evidence line."""
+    record = gpu_probe_record(host)
+    if record.get("state") == "ran":
+        return f"GPU probe (gpu_probe.py, no MindSpore): {record.get('verdict')}: {record.get('reason')}"
+    return f"GPU probe (gpu_probe.py, no MindSpore): {record.get('summary')}"
+
+
+def cuda_code_text(code: Any, name: Any) -> str:
+    """A CUresult and what it means, e.g. "CUDA_ERROR_UNKNOWN (999): the driver failed without saying why..."."""
+    meaning = CUDA_MEANINGS.get(code) if isinstance(code, int) else None
+    return f"{name} ({code})" + (f": {meaning}" if meaning else "")
+
+
+def _error_code(text: str) -> Optional[int]:
+    """The CUresult in gpu_probe's "CUDA_ERROR_LAUNCH_FAILED (719)"."""
+    match = re.search(r"\((\d+)\)\s*$", text or "")
+    return int(match.group(1)) if match else None
+
+
 # ----------------------------------------------------------------------------------------------- rules
 
 Rule = Callable[[Host], List[Finding]]
@@ -779,10 +902,13 @@ def rule_secure_boot(host: Host) -> List[Finding]:
             "error",
             f"Secure Boot is on and the {module} module is not signed: the kernel refuses to load it",
             [f"{where}: Secure Boot = 1"] + [f"{host.shown(f)} has no appended module signature" for f in unsigned[:4]],
-            "Sign DKMS modules with a Machine Owner Key: `sudo update-secureboot-policy --new-key` and "
-            f"`sudo update-secureboot-policy --enroll-key`, reboot and enroll it in MokManager, then "
-            f"`sudo dkms autoinstall` (or `./toolkit provision`) so DKMS signs {module}; or turn Secure Boot off in "
-            "the firmware. The preflight (role stack) checks this before installing.",
+            "Re-run `./toolkit provision` (site.yml): under Secure Boot it has Ubuntu's DKMS sign "
+            f"{module} with the host's machine owner key (made by `update-secureboot-policy --new-key`), queues the "
+            "key's enrolment (password in /var/lib/msgpu/mok-enrolment-password) and says what to do at the next "
+            "boot's MOK manager; or use Canonical's signed modules (nvidia_driver_module: precompiled). By hand: "
+            "`sudo update-secureboot-policy --new-key`, `sudo update-secureboot-policy --enroll-key`, "
+            f"`sudo dkms autoinstall` so DKMS signs {module}, reboot and enroll the key in the MOK manager; or turn "
+            "Secure Boot off in the firmware.",
         )
     ]
 
@@ -824,6 +950,16 @@ def rule_driver(host: Host) -> List[Finding]:
     driver = host.expect.get("driver") or {}
     minimum = str(host.expect.get("minimum_driver") or driver.get("minimum") or "")
     cuda = (host.expect.get("cuda") or {}).get("version", "")
+    probe = gpu_probe_record(host)
+    probe_lines = [probe_line(host)] if probe.get("state") != "skipped" else []
+    probe_nvml = probe_document(host).get("nvml") or {}
+    # nvmlInit_v2 answers NVML_ERROR_LIB_RM_VERSION_MISMATCH (18), "Driver/library version mismatch", when the
+    # loaded module and the user-space driver differ: the same fault nvidia-smi reports.
+    nvml_refused = (
+        str(probe_nvml.get("reason") or "")
+        if not probe_nvml.get("available") and re.search(r"mismatch|\(18\)", str(probe_nvml.get("reason") or ""))
+        else ""
+    )
     if loaded is None and not no_gpu:
         findings.append(
             Finding(
@@ -833,6 +969,7 @@ def rule_driver(host: Host) -> List[Finding]:
                 [
                     f"{host.sys / 'module/nvidia/version'} and {host.proc / 'driver/nvidia/version'} are missing",
                     f"user-space driver library: {libcuda[1] if libcuda else 'libcuda.so.1 not found'}",
+                    *probe_lines,
                 ],
                 "Load it: `sudo modprobe nvidia` (its error names the cause: nouveau, Secure Boot, no module for this "
                 "kernel); after a driver install or upgrade, reboot (nvidia_driver_reboot: true lets "
@@ -864,14 +1001,20 @@ def rule_driver(host: Host) -> List[Finding]:
                 f"`driver`; the stack's is {driver.get('branch') or '?'}) and run `./toolkit provision`, then reboot.",
             )
         )
-    if loaded and nvml and nvml[0] != loaded:
+    files_differ = bool(loaded and nvml and nvml[0] != loaded)
+    if files_differ or (nvml_refused and not no_gpu):
+        evidence = [f"{loaded_from}: {loaded}"] if loaded else []
+        evidence += [f"{nvml[1]}: {nvml[0]}"] if nvml else []
+        evidence += [f"NVML (gpu_probe.py): {nvml_refused}"] if nvml_refused else []
         findings.append(
             Finding(
                 "nvml-mismatch",
                 "error",
-                f"NVML driver/library version mismatch: the loaded module is {loaded}, "
-                f"the user-space library {nvml[0]}",
-                [f"{loaded_from}: {loaded}", f"{nvml[1]}: {nvml[0]}"],
+                f"NVML driver/library version mismatch: the loaded module is {loaded}, the user-space library "
+                + (nvml[0] if nvml else "?")
+                if files_differ
+                else f"NVML driver/library version mismatch: {nvml_refused}",
+                evidence,
                 "The driver packages were upgraded but the old module is still loaded (nvidia-smi says 'Failed to "
                 "initialize NVML: Driver/library version mismatch'): reboot, or stop every GPU process and "
                 "`sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia`. nvidia_driver_hold: "
@@ -882,27 +1025,44 @@ def rule_driver(host: Host) -> List[Finding]:
 
 
 def rule_persistence(host: Host) -> List[Finding]:
-    """Persistence mode off on a GPU host, from `nvidia-smi -q` (or, when it cannot answer, from how the
+    """Persistence mode off on a GPU host, from `nvidia-smi -q` and NVML (the GPU probe's nvmlDeviceGetPersistenceMode:
+    either answers when the other cannot; both are shown when both answer; or, when neither can, from how the
     running nvidia-persistenced was started), with how systemd would start the daemon as the cause."""
     if host.expect.get("no_gpu"):
         return []
     text, asked = nvidia_smi_query(host)
     gpus = gpu_persistence(text or "")
     off = [g for g in gpus if g["persistence"].lower() == "disabled"]
+    nvml = [d for d in probe_nvml_devices(host) if d.get("persistence_mode") in ("on", "off")]
+    nvml_off = [d for d in nvml if d["persistence_mode"] == "off"]
     daemons = persistenced_processes(host)
     daemons_off = [(pid, argv) for pid, argv in daemons if not persistence_mode_in(argv[1:])]
-    if (gpus and not off) or (not gpus and not daemons_off):
+    if gpus or nvml:
+        if not off and not nvml_off:
+            return []
+    elif not daemons_off:
         return []
     evidence: List[str] = []
-    if gpus:
+    if gpus or nvml:
         evidence += [
             f"{asked}: GPU {gpu['bus_id']} ({gpu['product'] or '?'}): Persistence Mode : {gpu['persistence']}"
             for gpu in off[:8]
         ]
         if len(off) > 8:
             evidence.append(f"... and {len(off) - 8} more GPU(s) with Persistence Mode : Disabled")
+        evidence += [
+            "NVML (gpu_probe.py) nvmlDeviceGetPersistenceMode: GPU {} {}({}): off".format(
+                d.get("index"), f"{d['pci_bus_id']} " if d.get("pci_bus_id") else "", d.get("name") or "?"
+            )
+            for d in nvml_off[:8]
+        ]
+        if len(nvml_off) > 8:
+            evidence.append(f"... and {len(nvml_off) - 8} more GPU(s) NVML reports with persistence mode off")
+        if not gpus:
+            evidence.append(f"nvidia-smi gave no GPUs: {asked}")
+        count, total = (len(off), len(gpus)) if gpus else (len(nvml_off), len(nvml))
         title = (
-            f"Persistence mode is off on {len(off)} of {len(gpus)} GPU(s): every CUDA program waits for the driver "
+            f"Persistence mode is off on {count} of {total} GPU(s): every CUDA program waits for the driver "
             "to initialize them, and they are torn down again when the last one exits"
         )
     else:
@@ -949,6 +1109,225 @@ def rule_persistence(host: Host) -> List[Finding]:
             "nvidia-persistenced --user nvidia-persistenced --persistence-mode --verbose; [Unit] "
             "StopWhenUnneeded=false; the runfile method's own unit runs the same command line), then enables "
             "and restarts nvidia-persistenced. Right now, until the next reboot: `sudo nvidia-smi -pm 1`.",
+        )
+    ]
+
+
+PROBE_FIX_RERUN = (
+    "`python3 -m msgpu_verify gpu-probe --pretty` (or `python3 gpu_probe.py --pretty`) shows the probe's answer."
+)
+
+
+def rule_gpu_probe(host: Host) -> List[Finding]:
+    """What the GPU probe (libcuda and NVML without any framework) says is wrong with the driver or the GPUs. On a
+    host without GPUs on purpose (stack_no_gpu) its answer is recorded in the document, never a finding."""
+    record = gpu_probe_record(host)
+    if host.expect.get("no_gpu"):
+        return []
+    state = record.get("state")
+    if state in ("timeout", "crashed"):
+        return [
+            Finding(
+                "gpu-probe-no-answer",
+                "error" if state == "timeout" else "warning",
+                "The GPU probe (libcuda through ctypes, no MindSpore) gave no answer: "
+                + ("the driver hangs" if state == "timeout" else "it crashed"),
+                [probe_line(host)]
+                + ([f"it printed: {record['output_tail'][-300:]}"] if record.get("output_tail") else []),
+                "A driver that hangs in cuInit or crashes the process is stuck or broken: look for Xid errors "
+                "(`sudo dmesg | grep -i -e xid -e nvrm`), check `nvidia-smi`, stop GPU processes and reload the "
+                "module (`sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia`) or reboot. "
+                + PROBE_FIX_RERUN,
+            )
+        ]
+    document = probe_document(host)
+    if not document:
+        return []
+    verdict = document.get("verdict")
+    findings: List[Finding] = []
+    nvml = document.get("nvml") if isinstance(document.get("nvml"), dict) else {}
+    nvml_line = (
+        f"NVML: driver {nvml.get('driver_version')}"
+        if nvml.get("available")
+        else f"NVML: {nvml.get('reason') or 'not asked'}"
+    )
+    if verdict == "NO_DRIVER" and user_space_driver(host, "libcuda") is not None:
+        findings.append(
+            Finding(
+                "cuda-driver-unloadable",
+                "error",
+                "libcuda.so.1 is installed, but it cannot be loaded",
+                [probe_line(host)],
+                "The driver's user-space libraries are broken or from another architecture: reinstall the driver "
+                "(`./toolkit provision`, role nvidia_driver), and check `ldd $(ldconfig -p | awk '/libcuda.so.1 /"
+                "{print $NF; exit}')` for what it lacks. " + PROBE_FIX_RERUN,
+            )
+        )
+    elif verdict == "NO_DEVICE" and loaded_driver_version(host)[0] is not None:
+        findings.append(
+            Finding(
+                "cuda-no-device",
+                "error",
+                "The NVIDIA module is loaded, but the CUDA driver sees no GPU",
+                [probe_line(host), *_init_lines(document), nvml_line, _visible_line(host)],
+                "Check that /dev/nvidia0.. exist and are readable (`ls -l /dev/nvidia*`; "
+                "`sudo nvidia-modprobe -u -c=0` creates them), that CUDA_VISIBLE_DEVICES does not hide the GPUs, "
+                "and the kernel log for GPUs that fell off the bus (`sudo dmesg | grep -i xid`, Xid 79: reseat or "
+                "power-cycle). " + PROBE_FIX_RERUN,
+            )
+        )
+    elif verdict == "DRIVER_ERROR":
+        findings.append(_driver_error(host, document, nvml_line))
+    elif verdict == "KERNEL_FAILED":
+        devices = [d for d in document.get("devices") or [] if isinstance(d, dict)]
+        failed = [d for d in devices if not (d.get("kernel") or {}).get("ok")]
+        lines = []
+        for device in failed:
+            kernel = device.get("kernel") or {}
+            error = str(kernel.get("error") or "")
+            code = _error_code(error)
+            meaning = CUDA_MEANINGS.get(code) if code is not None else None
+            lines.append(
+                "GPU {} ({}, compute capability {}): {} failed: {}{}".format(
+                    device.get("index"),
+                    device.get("name") or "?",
+                    device.get("compute_capability") or "?",
+                    kernel.get("step"),
+                    error,
+                    f" - {meaning}" if meaning else "",
+                )
+            )
+        findings.append(
+            Finding(
+                "gpu-kernel-failed",
+                "error",
+                f"A tiny CUDA kernel fails on {len(failed)} of {len(devices)} GPU(s) without any framework: the "
+                "driver or the GPU is at fault, not MindSpore",
+                [*lines, nvml_line],
+                "Look for Xid errors (`sudo dmesg | grep -i -e xid -e nvrm`) and ECC errors (`nvidia-smi -q -d ECC`), "
+                "check the GPU's power and cooling, reset it (`sudo nvidia-smi -r -i <index>`, no process may use "
+                "it) or reboot; a GPU that keeps failing needs service. " + PROBE_FIX_RERUN,
+            )
+        )
+    findings += _driver_version_findings(host, nvml)
+    findings += _ecc_findings(nvml)
+    return findings
+
+
+def _init_lines(document: Dict[str, Any]) -> List[str]:
+    lines = []
+    for step in ("cuInit", "cuDeviceGetCount"):
+        result = document.get(f"{step}_result")
+        if isinstance(result, dict) and result.get("code"):
+            lines.append(f"{step} returned {cuda_code_text(result.get('code'), result.get('name'))}")
+    return lines
+
+
+def _visible_line(host: Host) -> str:
+    value = host.environ.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return f"the doctor's CUDA_VISIBLE_DEVICES={value!r}" if value is not None else "CUDA_VISIBLE_DEVICES unset"
+
+
+def _driver_error(host: Host, document: Dict[str, Any], nvml_line: str) -> Finding:
+    lines = _init_lines(document)
+    codes = [
+        (document.get(f"{step}_result") or {}).get("code")
+        for step in ("cuInit", "cuDeviceGetCount")
+        if isinstance(document.get(f"{step}_result"), dict)
+    ]
+    code = next((c for c in codes if c), None)
+    evidence = [probe_line(host), *lines, nvml_line]
+    loaded, loaded_from = loaded_driver_version(host)
+    libcuda = user_space_driver(host, "libcuda")
+    if loaded:
+        evidence.append(f"{loaded_from}: {loaded}")
+    if libcuda:
+        evidence.append(f"{libcuda[1]}: {libcuda[0]}")
+    modules = loaded_modules(host)
+    fix = {
+        3: "Reload the driver or reboot; then run the doctor again.",
+        35: "The kernel module is older than libcuda: reboot into the installed driver (an upgrade without reboot "
+        "leaves the old module loaded), or reinstall the branch's packages with `./toolkit provision`.",
+        802: "Start the fabric manager at exactly the driver's version: `sudo systemctl enable --now "
+        "nvidia-fabricmanager` (`./toolkit provision` installs it on NVSwitch hosts), then run the doctor again.",
+        803: "Reboot so the kernel module matches the installed libcuda (or stop every GPU process and `sudo rmmod "
+        "nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia`); nvidia_driver_hold: true keeps "
+        "unattended upgrades from doing this again.",
+        804: "Remove the forward-compatibility libcuda (package cuda-compat-*, or /usr/local/cuda*/compat on "
+        "LD_LIBRARY_PATH): this GPU needs the driver's own libcuda.",
+        304: "Check /dev/nvidia* (`ls -l /dev/nvidia*`: readable and writable by the user) and, in a container, "
+        "that the devices are passed in.",
+        999: "Reload nvidia_uvm (`sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm`) or reboot; look for Xid "
+        "errors (`sudo dmesg | grep -i xid`).",
+    }.get(
+        code if isinstance(code, int) else -1,
+        "Look for Xid errors (`sudo dmesg | grep -i -e xid -e nvrm`) and "
+        "reinstall or reload the driver (`./toolkit provision`, then reboot).",
+    )
+    if code == 999 and modules is not None and "nvidia_uvm" not in modules:
+        evidence.append(f"{host.proc / 'modules'}: nvidia_uvm is not loaded")
+        fix = "Load it: `sudo modprobe nvidia_uvm` (CUDA needs it; /dev/nvidia-uvm appears with it). " + fix
+    if code:
+        step = "cuInit" if (document.get("cuInit_result") or {}).get("code") else "cuDeviceGetCount"
+        name = (document.get(f"{step}_result") or {}).get("name")
+        title = f"The CUDA driver fails before any framework: {step} returned {name} ({code})"
+        meaning = CUDA_MEANINGS.get(code)
+        if meaning:
+            title += f": {meaning}"
+    else:
+        title = "The CUDA driver library is not usable: " + str(document.get("reason"))
+    return Finding("cuda-init-failed", "error", title, evidence, fix + " " + PROBE_FIX_RERUN)
+
+
+def _driver_version_findings(host: Host, nvml: Dict[str, Any]) -> List[Finding]:
+    """The driver NVML reports (the running one) against the catalog's: the branch, or for the runfile method the
+    exact release."""
+    running = str(nvml.get("driver_version") or "") if nvml.get("available") else ""
+    driver = host.expect.get("driver") or {}
+    branch = str(driver.get("branch") or "")
+    method = str(driver.get("method") or "")
+    version = str(driver.get("version") or "")
+    if not running:
+        return []
+    if method == "runfile" and version and running != version:
+        wanted = f"the runfile's {version}"
+    elif re.fullmatch(r"\d+", branch) and running.split(".")[0] != branch:
+        wanted = f"branch {branch} ({method or 'the stack'}'s {', '.join(driver.get('packages') or []) or 'driver'})"
+    else:
+        return []
+    return [
+        Finding(
+            "driver-version-unexpected",
+            "warning",
+            f"The running driver is {running}, the stack installs {wanted}",
+            [f"NVML (gpu_probe.py) nvmlSystemGetDriverVersion: {running}", f"catalog: driver {json.dumps(driver)}"],
+            "Another driver was installed by hand or by another tool, or the host was not rebooted after "
+            "`./toolkit provision` changed the branch: run `./toolkit provision` (it installs stack_driver_branch "
+            f"{branch or '?'} and removes other branches' packages) and reboot; or set stack_driver_branch to the "
+            "branch you want.",
+        )
+    ]
+
+
+def _ecc_findings(nvml: Dict[str, Any]) -> List[Finding]:
+    """ECC off on GPUs that have it (NVML; GeForce cards answer "not supported" and are left alone)."""
+    devices = [d for d in nvml.get("devices") or [] if isinstance(d, dict)] if nvml.get("available") else []
+    off = [d for d in devices if d.get("ecc") == "off"]
+    if not off:
+        return []
+    return [
+        Finding(
+            "ecc-off",
+            "info",
+            f"ECC is off on {len(off)} of {len(devices)} GPU(s) that support it: memory errors go unnoticed",
+            [
+                "NVML (gpu_probe.py) nvmlDeviceGetEccMode: GPU {} {}({}): off".format(
+                    d.get("index"), f"{d['pci_bus_id']} " if d.get("pci_bus_id") else "", d.get("name") or "?"
+                )
+                for d in off
+            ],
+            "If the GPUs should correct memory errors (data-centre GPUs ship with ECC on): `sudo nvidia-smi -e 1` "
+            "and reboot. ECC off gives a little more memory and bandwidth; leave it if that was chosen.",
         )
     ]
 
@@ -1358,6 +1737,7 @@ RULES = (
     "secure-boot",
     "driver",
     "persistence",
+    "gpu-probe",
     "env",
     "libraries",
     "python-packages",
@@ -1380,6 +1760,7 @@ def diagnose(host: Host) -> Dict[str, Any]:
     findings += rule_secure_boot(host)
     findings += rule_driver(host)
     findings += rule_persistence(host)
+    findings += rule_gpu_probe(host)
     findings += rule_env(host, env, stderr)
     findings += rule_libraries(host, shell)
     findings += rule_python_packages(host, shell)
@@ -1399,6 +1780,7 @@ def diagnose(host: Host) -> Dict[str, Any]:
         "findings": [f.as_dict() for f in findings],
         "elapsed_s": round(time.monotonic() - started, 3),
         "expect": host.expect,
+        "gpu_probe": gpu_probe_record(host),
     }
 
 
@@ -1415,6 +1797,13 @@ def render(document: Dict[str, Any]) -> str:
             document["elapsed_s"],
         )
     ]
+    probe = document.get("gpu_probe") or {}
+    if probe:
+        lines.append(
+            "GPU probe (no MindSpore): "
+            + str(probe.get("summary") or probe.get("verdict"))
+            + (f": {probe.get('reason')}" if probe.get("state") == "ran" and probe.get("verdict") != "OK" else "")
+        )
     for finding in document["findings"]:
         lines.append("")
         lines.append("{:<7} {}  [{}]".format(finding["severity"].upper(), finding["title"], finding["id"]))
@@ -1443,6 +1832,10 @@ def host_from_args(args: argparse.Namespace) -> Host:
         environ=dict(os.environ),
         device_id=args.device_id,
         nvidia_smi=args.nvidia_smi,
+        gpu_probe=args.gpu_probe,
+        gpu_probe_timeout_s=args.gpu_probe_timeout,
+        libcuda=args.libcuda,
+        libnvml=args.libnvml,
     )
 
 
@@ -1459,6 +1852,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--nvidia-smi",
         help="nvidia-smi to ask for `-q` (default: on PATH, or <root>/usr/bin/nvidia-smi under --root; '': none)",
     )
+    probe = parser.add_mutually_exclusive_group()
+    probe.add_argument(
+        "--gpu-probe",
+        dest="gpu_probe",
+        action="store_true",
+        default=None,
+        help="run the GPU probe (gpu_probe.py, libcuda and NVML without MindSpore) even under --root "
+        "(default: on the real root only)",
+    )
+    probe.add_argument("--no-gpu-probe", dest="gpu_probe", action="store_false", help="do not run the GPU probe")
+    parser.add_argument(
+        "--gpu-probe-timeout", type=float, default=GPU_PROBE_TIMEOUT, help="seconds the GPU probe may take (child)"
+    )
+    parser.add_argument("--libcuda", default="", help="libcuda the GPU probe loads (default: libcuda.so.1)")
+    parser.add_argument("--libnvml", default="", help="libnvidia-ml the GPU probe loads (default: libnvidia-ml.so.1)")
     parser.add_argument("--json", help="write the JSON document here ('-': print it instead of the text)")
     parser.add_argument(
         "--json-line", action="store_true", help=f"after the text, print the JSON on one line after {JSON_LINE!r}"

@@ -230,8 +230,170 @@ def gpu_support(
     return result
 
 
+# --- NVSwitch hosts: NVIDIA's fabric manager ---------------------------------------------------------
+# HGX/DGX boards need nvidia-fabricmanager-<branch> at exactly the driver's version: it refuses to start at
+# any other, and CUDA then fails with "system not yet initialized". The catalog names the package per branch
+# and method (`fabricmanager`: package, and `version_of`, the driver package whose version it must equal);
+# apt on the host says the versions (gpu_check.py --fabricmanager/--apt). Used by roles/stack/tasks/host.yml.
+
+FM_METHOD_NOTES = {
+    "cuda_repo": "NVIDIA's CUDA repository publishes the fabric manager at every driver release's version",
+    "distro": "Ubuntu's packages; the preflight checks the fabric manager's version against the driver's",
+}
+
+
+def _fabricmanagers(catalog_branches: dict[str, Any], method: str) -> dict[str, dict[str, str]]:
+    out = {}
+    for branch, entry in (catalog_branches or {}).items():
+        fm = ((entry or {}).get(method) or {}).get("fabricmanager") if isinstance(entry, dict) else None
+        if fm is not None:
+            out[str(branch)] = fm
+    return out
+
+
+def fabricmanager_plan(
+    catalog_branches: dict[str, Any], driver: dict[str, Any], nvswitches: Any, state: str = "present", host: str = ""
+) -> dict[str, Any]:
+    """What an NVSwitch host needs before apt is asked: ``{"needed", "nvswitches", "fabricmanagers" (branch ->
+    catalog entry, for the run's driver method), "fabricmanager" (this branch's, {} when not needed),
+    "methods" (the other methods with a fabric manager for this branch, as a refusal offers them), "text",
+    "errors", "apt_args" (gpu_check.py's --fabricmanager/--apt arguments)}``.
+
+    driver: stack_resolved.driver (branch, method, packages); nvswitches: gpu_check.py's `nvswitches`;
+    state: nvidia_driver_state (nothing is needed when the run removes the driver)."""
+    method = str(driver.get("method", "distro"))
+    branch = str(driver.get("branch", ""))
+    switches = list(nvswitches or [])
+    fms = _fabricmanagers(catalog_branches, method)
+    entry = {str(b): e for b, e in (catalog_branches or {}).items()}.get(branch) or {}
+    methods = [
+        f"stack_driver_method: {m} ({FM_METHOD_NOTES[m]})"
+        for m in ("cuda_repo", "distro")
+        if m != method and "fabricmanager" in (entry.get(m) or {})
+    ]
+    needed = bool(switches) and str(state or "present") == "present"
+    ids = ", ".join(dict.fromkeys(str(s.get("id", "")) for s in switches))
+    slots = ", ".join(str(s.get("slot", "")) for s in switches)
+    text = (
+        f"{len(switches)} NVSwitch(es) on the PCI bus ({ids} at {slots}) need NVIDIA's fabric manager at exactly "
+        "the driver's version"
+    )
+    errors = []
+    if needed and branch not in fms:
+        if method == "runfile":
+            none = "stack_driver_method: runfile installs none (NVIDIA's driver runfile has no fabric manager)"
+        else:
+            none = (
+                f'stack_driver_branch "{branch}" with stack_driver_method {method} has none '
+                "(catalog/stacks.yml names no fabricmanager for it)"
+            )
+        branches = (
+            [
+                "stack_driver_branch "
+                + ", ".join(f'"{b}"' for b in fms)
+                + " (the preflight checks each fabric manager "
+                "against its driver)"
+            ]
+            if fms
+            else []
+        )
+        allowed = (
+            "; or ".join(methods + branches) or "a driver branch and method with a fabric manager in catalog/stacks.yml"
+        )
+        errors.append(f"{host}: {text}, and {none}. Allowed: {allowed}.")
+    apt_args: list[str] = []
+    for fm in fms.values():
+        apt_args += ["--fabricmanager", f"{fm['package']}={fm['version_of']}"]
+    if method == "cuda_repo":
+        for package in driver.get("packages") or []:
+            apt_args += ["--apt", str(package)]
+    return {
+        "needed": needed,
+        "nvswitches": switches,
+        "fabricmanagers": fms,
+        "fabricmanager": fms.get(branch, {}) if needed and not errors else {},
+        "methods": methods,
+        "text": text,
+        "errors": errors,
+        "apt_args": apt_args,
+    }
+
+
+def fabricmanager_check(
+    plan: dict[str, Any],
+    scan: dict[str, Any],
+    catalog_branches: dict[str, Any],
+    driver: dict[str, Any],
+    gpu_ids: dict[str, Any],
+    gpus: Any,
+    host: str = "",
+    no_gpu: bool = False,
+) -> dict[str, Any]:
+    """The fabric manager against the driver as apt on the host has them: ``{"checked" (false for cuda_repo
+    until NVIDIA's repository is indexed: the nvidia_driver role checks then), "found" (gpu_check.py's entry
+    of this branch's fabric manager), "working" (other branches of the method whose fabric manager matches
+    their driver, that meet CUDA's minimum and drive the GPUs), "errors"}``.
+
+    plan: fabricmanager_plan's answer; scan: gpu_check.py's output with --fabricmanager/--apt."""
+    result: dict[str, Any] = {"checked": False, "found": {}, "working": [], "errors": []}
+    if not plan.get("needed") or plan.get("errors"):
+        return result
+    method = str(driver.get("method", "distro"))
+    branch = str(driver.get("branch", ""))
+    found_all = (scan or {}).get("fabricmanager", {}) or {}
+    apt = (scan or {}).get("apt", {}) or {}
+    fms = plan["fabricmanagers"]
+    pkg = fms[branch]
+    found = found_all.get(pkg["package"], {}) or {}
+    result["found"] = found
+    packages = list(driver.get("packages") or [])
+    result["checked"] = method == "distro" or len([a for a in apt.values() if (a or {}).get("candidate")]) == len(
+        packages
+    )
+    minimum = str(driver.get("minimum") or "0")
+    catalog = {str(b): e or {} for b, e in (catalog_branches or {}).items()}
+    for other, fm in fms.items():
+        other_found = found_all.get(fm["package"], {}) or {}
+        if other == branch or not other_found.get("match"):
+            continue
+        if version_key(catalog.get(other, {}).get("version", other)) < version_key(minimum):
+            continue
+        if gpu_support(gpu_ids, catalog_branches, minimum, other, gpus, host, no_gpu, method)["errors"]:
+            continue
+        result["working"].append(
+            f'stack_driver_branch "{other}" ({fm["package"]} and {fm["version_of"]} are both '
+            f"{other_found.get('driver_upstream', '')} here)"
+        )
+    if result["checked"] and not found.get("match"):
+        versions = list(found.get("versions") or [])
+        has = (
+            f"{', '.join(dict.fromkeys(found.get('upstreams') or []))} ({', '.join(versions)})"
+            if versions
+            else "at no version (is it in the host's apt sources?)"
+        )
+        source = "installed" if found.get("driver_installed") else "apt's candidate"
+        driver_has = (
+            f"{found.get('driver_upstream', '')} ({found['driver']}, {source})"
+            if found.get("driver")
+            else "at no version"
+        )
+        allowed = "; or ".join(result["working"] + plan["methods"]) or (
+            "a driver branch and method whose fabric manager matches its driver"
+        )
+        result["errors"].append(
+            f'{host}: {plan["text"]} (it refuses to start at any other, and CUDA then fails with "system not yet '
+            f'initialized"); stack_driver_branch "{branch}" with stack_driver_method {method} has none: apt here '
+            f"has {pkg['package']} {has} and the driver's {pkg['version_of']} {driver_has}. Allowed: {allowed}."
+        )
+    return result
+
+
 class FilterModule:
     """Ansible filter plugin entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"stack_gpu_support": gpu_support}
+        return {
+            "stack_gpu_support": gpu_support,
+            "stack_fabricmanager_plan": fabricmanager_plan,
+            "stack_fabricmanager_check": fabricmanager_check,
+        }

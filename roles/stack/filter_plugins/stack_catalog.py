@@ -33,6 +33,23 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", str(version)))
 
 
+def accepted_versions(catalog: dict[str, Any], component: str, stack_name: str = "", method: str = "") -> list[str]:
+    """The versions of `component` a stack accepts: its own, then its `also_accepts`, in that order.
+
+    `stack_name`: the catalog's default stack when empty. `method`: only versions with that artifact
+    (e.g. 'wheel') in the catalog."""
+    stack = catalog["stacks"][stack_name or catalog["default_stack"]]
+    versions = [str(stack[component]), *[str(v) for v in stack.get("also_accepts", {}).get(component, [])]]
+    return [v for v in versions if not method or method in catalog[component].get(v, {})]
+
+
+def cuda_versions_for_driver(catalog: dict[str, Any], driver_version: str) -> list[str]:
+    """The catalog's CUDA versions whose minimum driver `driver_version` meets, oldest first."""
+    driver = version_key(driver_version)
+    fits = [v for v, entry in catalog["cuda"].items() if version_key(entry["minimum_driver"]) <= driver]
+    return sorted(fits, key=version_key)
+
+
 def _allowed(values: Any) -> str:
     items = ["'' (the default)" if str(v) == "" else str(v) for v in values]
     return ", ".join(items) if items else "(none)"
@@ -171,7 +188,7 @@ class _Resolver:
         variable = f"stack_{component}_version"
         default = str(stack[component])
         chosen = self.text(f"{component}_version", default)
-        accepted = [default, *[str(v) for v in stack.get("also_accepts", {}).get(component, [])]]
+        accepted = accepted_versions(self.catalog, component, stack["name"])
         if chosen not in self.catalog[component]:
             self.error(variable, f"'{chosen}' is not in the catalog; allowed: {_allowed(self.catalog[component])}")
         elif chosen not in accepted:

@@ -7,12 +7,14 @@
  *   STUB_CUDA_DRIVER_VERSION cuDriverGetVersion (default 11040)
  *   STUB_CUDA_KERNEL         ok | wrong | launch_fail | jit_fail | ctx_fail (default ok)
  *   STUB_CUDA_BAD_DEVICE     the device STUB_CUDA_KERNEL applies to (default: every device)
+ *   STUB_CUDA_INIT_ACTION    hang (cuInit sleeps 600 s, as a stuck driver does) | abort (the process dies)
  * Device memory is host memory (malloc), so cuLaunchKernel really computes out[i] = a[i] * b[i] from the
  * kernel parameters and the probe's host-side check is exercised; "wrong" corrupts one element. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -66,7 +68,12 @@ static int failing(const char *mode) {
     return kernel && strcmp(kernel, mode) == 0 && (bad < 0 || bad == current_device);
 }
 
-CUresult cuInit(unsigned int flags) { return flags ? 1 : env_int("STUB_CUDA_INIT_RESULT", 0); }
+CUresult cuInit(unsigned int flags) {
+    const char *action = getenv("STUB_CUDA_INIT_ACTION");
+    if (action && strcmp(action, "hang") == 0) sleep(600);
+    if (action && strcmp(action, "abort") == 0) abort();
+    return flags ? 1 : env_int("STUB_CUDA_INIT_RESULT", 0);
+}
 
 CUresult cuDriverGetVersion(int *version) {
     *version = env_int("STUB_CUDA_DRIVER_VERSION", 11040);

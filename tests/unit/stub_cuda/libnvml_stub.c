@@ -1,6 +1,7 @@
 /* A stand-in libnvidia-ml.so.1 for tests/unit/test_gpu_probe.py, answering from environment variables read
  * on every call:
- *   STUB_NVML_INIT_RESULT   nvmlInit_v2's nvmlReturn_t (default 0; 9 is "Driver Not Loaded")
+ *   STUB_NVML_INIT_RESULT   nvmlInit_v2's nvmlReturn_t (default 0; 9 is "Driver Not Loaded", 18 "Driver/library
+ *                           version mismatch")
  *   STUB_CUDA_DEVICES       the same list as the libcuda stub: NVML counts and names these devices
  *   STUB_NVML_DRIVER        nvmlSystemGetDriverVersion (default 470.256.02)
  *   STUB_NVML_PERSISTENCE   0 | 1 (default 1)
@@ -61,6 +62,7 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case 3: return "Not Supported";
     case 9: return "Driver Not Loaded";
     case 12: return "Function Not Found";
+    case 18: return "Driver/library version mismatch";
     default: return "Unknown Error";
     }
 }

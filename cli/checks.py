@@ -1,0 +1,101 @@
+"""The project's checks: lint, and the whole test suite as CI runs it (on the test bed, testbed/)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+
+from invoke import Context, Exit, task
+
+from cli import local
+from cli.common import RESULTS, ROOT, env, run, timed
+
+# The molecule scenarios (testbed/scenarios.py SCENARIOS, in its order), named here so that `--help` and
+# `--list` need not load the test bed; tests/unit/test_entry_points.py keeps the two equal.
+SCENARIO_NAMES = ("default", "wheels", "nvidia_repo", "runfile")
+
+
+@task
+def lint(c: Context) -> None:
+    """yamllint, ansible-lint (production profile), ruff, and a syntax check of site.yml."""
+    run(c, "yamllint --strict .", what="yamllint")
+    run(c, "ansible-lint --profile production --offline", what="ansible-lint (production)")
+    run(c, "ruff check .", what="ruff")
+    run(
+        c,
+        "ansible-playbook --syntax-check -i inventory/example/hosts.yml playbooks/site.yml",
+        what="site.yml syntax check",
+    )
+
+
+@task(
+    help={
+        "fast": "Lint and unit tests only (no containers).",
+        "keyword": "Only tests whose names match this pytest -k expression (skips lint and molecule).",
+        "scenario": f"Only this molecule scenario ({', '.join(SCENARIO_NAMES)}); "
+        "skips lint, unit and integration tests.",
+        "lanes": "How many stages run at the same time (default 2, or MSGPU_TEST_LANES; 1: one after another).",
+        "full": "The full suite: also the extended tests CI leaves out (docs/testing.md, The full suite).",
+    }
+)
+def test(
+    c: Context, fast: bool = False, keyword: str = "", scenario: str = "", lanes: int = 0, full: bool = False
+) -> None:
+    """The whole suite as CI runs it: lint, unit tests, sandbox integration tests, molecule scenarios."""
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    if keyword:
+        local.sandbox_image()
+        run(c, f"pytest -q -k {shlex.quote(keyword)} tests/unit tests/integration")
+        return
+    if scenario and scenario not in SCENARIO_NAMES:
+        raise Exit(f"--scenario: '{scenario}' is unknown; allowed: {', '.join(SCENARIO_NAMES)}", code=2)
+    lanes = lanes or int(os.environ.get("MSGPU_TEST_LANES", "2"))
+    if lanes < 1:
+        raise Exit(f"--lanes: '{lanes}' is not allowed; allowed: 1 or more", code=2)
+    if not scenario:
+        timings["lint"] = timed(lambda: lint(c))
+    if fast:
+        timings["unit"] = run(c, "pytest -q tests/unit", what="unit tests (catalog, resolver, fixtures)")
+        print(f"\nAll checks passed in {time.monotonic() - started:.0f} s.")
+        return
+    from testbed import sandbox, scenarios, suite  # the containers' suite runs on the test bed
+
+    prepare_started = time.monotonic()
+    image = local.sandbox_image()
+    if not scenario:
+        local.sandbox_image("bullseye")
+    stage_env = {"MSGPU_SANDBOX_IMAGE": image}
+    sandbox.compiler_cache_dir()  # the DKMS builds' compiler cache, mounted by the scenarios (testbed/sandbox.py)
+    with local.fixture_mirror() as group_vars:
+        timings["prepare (images, fixtures)"] = time.monotonic() - prepare_started
+        try:
+            stages = scenarios.suite_stages(group_vars, stage_env, scenario, full)
+        except scenarios.ScenarioError as exc:
+            raise Exit(str(exc), code=1) from exc
+        runner = suite.Runner(ROOT, RESULTS / "test-logs", env(), lanes=lanes)
+        what = "the full suite" if full else "without the extended tests (--full runs them)"
+        print(f"\n{len(stages)} stages, {lanes} at a time, {what}; logs in {runner.log_dir}", flush=True)
+        results = runner.run(stages)
+    total = time.monotonic() - started
+    report = suite.write_report(RESULTS / "test-timings.json", timings, results, runner, total)
+    print("\nStage times:")
+    for name, seconds in timings.items():
+        print(f"  {name:<28} {seconds:7.0f} s")
+    for result in results:
+        steps = ", ".join(f"{k} {v:.0f} s" for k, v in result.steps.items())
+        print(f"  {result.stage:<28} {result.seconds:7.0f} s  {'ok' if result.ok else 'FAILED'}  ({steps})")
+    stats = sandbox.compiler_cache_stats()
+    if stats:
+        wanted = ("cache hit", "cache miss", "cache size")
+        print("\nThe test bed's compiler cache (ccache: the DKMS builds of the scenarios and the fabric manager test):")
+        print("\n".join(f"  {line}" for line in stats.splitlines() if line.startswith(wanted)))
+    print(
+        f"Peak disk used by the run: {report['peak_disk_used_gib']} GiB (free at start "
+        f"{report['free_disk_at_start_gib']} GiB); wall time {total:.0f} s; numbers in {RESULTS / 'test-timings.json'}"
+    )
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise Exit("FAILED: " + "; ".join(f"{r.stage} at {r.failed_step} (log: {r.log})" for r in failed), code=1)
+    print(f"\nAll checks passed in {total:.0f} s.")

@@ -1,0 +1,39 @@
+"""Development commands: set up the controller tools, manage the local sandbox host (testbed/)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from invoke import Context, Exit, task
+
+from cli import local
+from cli.common import VENV_BIN, run
+
+
+@task
+def setup(c: Context) -> None:
+    """Install the pinned controller tools into .venv and prepare the sandbox image (Docker)."""
+    run(c, f"{shlex.quote(str(VENV_BIN / 'pip'))} install -q -r requirements.txt", what="pip install")
+    print(f"sandbox image: {local.sandbox_image()}")
+
+
+@task(positional=["action"], help={"action": "up | down | shell | status"})
+def sandbox_host(c: Context, action: str) -> None:
+    """Manage the local sandbox host (an Ubuntu 20.04 container without a GPU)."""
+    from testbed import sandbox
+    from testbed.scenarios import SANDBOX_HOST
+
+    if action == "up":
+        print(f"{SANDBOX_HOST} is up; inventory: {local.sandbox_up()}")
+    elif action == "down":
+        sandbox.stop_host(SANDBOX_HOST)
+        print(f"{SANDBOX_HOST} removed")
+    elif action == "shell":
+        local.sandbox_up()
+        os.execvp("docker", ["docker", "exec", "-it", SANDBOX_HOST, "bash", "-l"])
+    elif action == "status":
+        running = sandbox.docker_ready() and sandbox.host_running(SANDBOX_HOST)
+        print(f"{SANDBOX_HOST}: {'running' if running else 'not running'}; image {sandbox.image_tag()}")
+    else:
+        raise Exit(f"sandbox: unknown action '{action}'; allowed: up, down, shell, status", code=2)

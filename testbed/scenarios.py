@@ -1,0 +1,375 @@
+"""The test bed's scenarios: the sandbox hosts' settings, the molecule scenarios, the suite's stages.
+
+Used by the development commands (`./toolkit test`, `./toolkit sandbox`, and `provision`, `fetch`,
+`verify`, `bench` run without an inventory: cli/), and by the integration and fleet tests. The settings
+that name versions are derived from the catalog through the resolver's public helpers
+(roles/stack/filter_plugins/stack_catalog.py), so a new catalog entry moves them with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+from testbed import fixtures, mirror, sandbox, suite
+
+ROOT = sandbox.ROOT
+# The local sandbox host of `./toolkit provision` without an inventory, and its inventory.
+SANDBOX_HOST = "msgpu-sandbox-1"
+SANDBOX_INVENTORY = sandbox.CACHE / "sandbox" / "inventory.yml"
+# The test bed's controller-side artifact cache (stack_artifact_cache_dir).
+ARTIFACT_CACHE = sandbox.CACHE / "artifact-cache"
+MOLECULE_VARS = sandbox.CACHE / "molecule"
+# The repository's own copy of MNIST (the catalog's `mnist.repository_copy`, its last MNIST source).
+MNIST_COPY = ROOT / "data" / "mnist"
+
+
+class ScenarioError(RuntimeError):
+    """The test bed cannot be set up (the message says why)."""
+
+
+def _load_resolver():
+    """The resolver the `stack` role uses as its filter plugin (a file, not a package)."""
+    path = ROOT / "roles" / "stack" / "filter_plugins" / "stack_catalog.py"
+    spec = importlib.util.spec_from_file_location("stack_catalog", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+stack_catalog = _load_resolver()
+CATALOG = fixtures.load_catalog()
+DEFAULT_STACK = CATALOG["stacks"][CATALOG["default_stack"]]
+
+# Molecule scenarios: name -> what they prove. Each converges site.yml on a fresh Ubuntu 20.04
+# container, converges again demanding changed=0, and runs the testinfra modules.
+# cli/checks.py names them in `./toolkit test --help` (SCENARIO_NAMES; a unit test keeps the two equal).
+SCENARIOS = {
+    "default": "the seed's stack: distro driver with real DKMS, CUDA runfile, "
+    "cuDNN and the seed's NCCL 2.8.4 tarballs (fixtures), OpenMPI, the MindSpore venv, TensorRT's tarball; "
+    "then the system tests on it",
+    "wheels": "cuDNN 8.5, NCCL 2.14 (the stacks' default NCCL) and TensorRT 8.4 from NVIDIA's real PyPI wheels",
+    "nvidia_repo": "NVIDIA's CUDA apt repository (a signed fixture repo on loopback, signed-by keyring): "
+    "cuda-drivers with real DKMS, two cuda-toolkit-11-x side by side, libcudnn8, libnccl2",
+    "runfile": "the driver's runfile --silent --dkms (fixture from Ubuntu's real NVIDIA sources and "
+    "libraries) with a real DKMS build (+ a kernel upgrade), and a second CUDA runfile toolkit side by side",
+}
+
+
+def wheel_overrides() -> dict:
+    """For each of cuDNN and NCCL, the version the default stack accepts that has a `wheel`
+    artifact in the catalog (versions live only there)."""
+    overrides: dict = {}
+    for component in ("cudnn", "nccl"):
+        version = stack_catalog.accepted_versions(CATALOG, component, method="wheel")[0]
+        overrides.update({f"stack_{component}_version": version, f"stack_{component}_method": "wheel"})
+    return overrides
+
+
+def seed_nccl() -> dict:
+    """The seed's NCCL, the tarball the default stack accepts (2.8.4; a fixture here). The stack's own
+    default is NCCL's PyPI wheel (the tarball has no public checksum); the wheels scenario runs that."""
+    version = next(
+        v
+        for v in stack_catalog.accepted_versions(CATALOG, "nccl", method="tarball")
+        if f"+cuda{DEFAULT_STACK['cuda']}_" in CATALOG["nccl"][v]["tarball"]["file"]
+    )
+    return {"stack_nccl_version": version, "stack_nccl_method": "tarball"}
+
+
+def second_cuda() -> list[str]:
+    """A second CUDA toolkit for side-by-side tests: the newest catalog CUDA other than the default
+    stack's that the stack's driver branch can run."""
+    driver = CATALOG["driver"][DEFAULT_STACK["driver_branch"]]["version"]
+    fits = stack_catalog.cuda_versions_for_driver(CATALOG, driver)
+    return [v for v in fits if v != DEFAULT_STACK["cuda"]][-1:]
+
+
+def verify_vars() -> dict:
+    """Verify settings of sandbox hosts: the CUDA runtime the fixture toolkit really carries (NVIDIA's 11.7
+    wheel whatever the runfile's name; the judge compares what the process loaded with this).
+
+    MNIST needs no setting: the verify role fills the controller's cache from the catalog's sources in
+    order, and where the mirrors are unreachable (this test bed) it gives them up at once and takes the
+    repository's copy (data/mnist)."""
+    runtime = str(CATALOG["cuda_wheels"]["nvidia-cuda-runtime-cu11"]["version"])
+    return {"verify_expect_cuda": ".".join(runtime.split(".")[:2])}
+
+
+SCENARIO_VARS: dict[str, dict] = {
+    # The seed's stack with TensorRT (for MindSpore Serving) by the stack's default method, tarball.
+    "default": {"stack_tensorrt_enabled": True},
+    "wheels": {
+        **wheel_overrides(),
+        # TensorRT from NVIDIA's nvidia-tensorrt wheel: the version the default stack accepts that has one.
+        "stack_tensorrt_enabled": True,
+        "stack_tensorrt_method": "wheel",
+        "stack_tensorrt_version": stack_catalog.accepted_versions(CATALOG, "tensorrt", method="wheel")[0],
+    },
+    "nvidia_repo": {
+        **{f"stack_{c}_method": "cuda_repo" for c in ("driver", "cuda", "cudnn", "nccl")},
+        "stack_cuda_extra_versions": second_cuda(),
+    },
+    "runfile": {"stack_driver_method": "runfile", "stack_cuda_extra_versions": second_cuda()},
+}
+# The scenario whose converged host the system tests (playbooks/verify.yml) run against.
+VERIFY_SCENARIO = "default"
+VERIFY_HOST = "msgpu-molecule-focal"
+
+
+# The test bed's copy of the catalog, every sandbox host's stack_catalog_file (see testbed_catalog).
+TESTBED_CATALOG = sandbox.CACHE / "catalog" / "stacks.yml"
+# What the CUDA toolkit fixture takes unpacked, at most, per byte of its runfile (measured: the payload
+# of 648 MiB unpacks to 1,132 MiB, 1.75 times; 3 leaves a margin).
+FIXTURE_UNPACKED_PER_BYTE = 3
+_TESTBED_CATALOG_WRITTEN: list[Path] = []
+
+
+def testbed_catalog(mirror_root: Path | None = None) -> Path:
+    """catalog/stacks.yml as the test bed's hosts use it: the same stacks, versions, artifacts and
+    checksums, with each CUDA toolkit's `disk_mb` (the room the preflight demands under the install
+    prefix) set to what the fixture toolkit takes instead of NVIDIA's 8-9 GB. The fixture carries only the
+    libraries NVIDIA puts on PyPI (testbed/FIXTURES.md), so the real figure would refuse every fresh host
+    on a CI machine with 10 GB free while the fixture stack fits in half of that. cuDNN, NCCL and TensorRT
+    keep the catalog's figures: their fixtures carry NVIDIA's real libraries at their real sizes.
+    The preflight's disk check is the same code either way; its own test (test_preflight.py) uses a
+    64 MiB prefix that both figures overflow. Written on every call (an atomic replace); returns the path.
+    Without `mirror_root`, the mirror is built first where it is missing or stale (cached)."""
+    if mirror_root is None:
+        if _TESTBED_CATALOG_WRITTEN:  # once per process: every inventory the test bed writes names it
+            return TESTBED_CATALOG
+        mirror_root = fixtures.build_mirror()  # cached: builds only what is missing or stale
+        _TESTBED_CATALOG_WRITTEN.append(mirror_root)
+    runfiles = [e["size"] for e in fixtures.read_manifest(mirror_root).values() if e["kind"] == "cuda_runfile"]
+    if not runfiles:
+        raise ScenarioError(f"test-bed catalog: {mirror_root} has no CUDA runfile fixture; build the mirror first")
+    disk_mb = FIXTURE_UNPACKED_PER_BYTE * max(runfiles) // 2**20 + 1
+    catalog = fixtures.load_catalog()
+    for entry in catalog["cuda"].values():
+        if "disk_mb" in entry:
+            entry["disk_mb"] = disk_mb
+    TESTBED_CATALOG.parent.mkdir(parents=True, exist_ok=True)
+    text = "# Generated by testbed/scenarios.py (testbed_catalog) from catalog/stacks.yml; do not edit.\n"
+    text += yaml.safe_dump(catalog, sort_keys=False)
+    partial = TESTBED_CATALOG.with_name(f".stacks.yml.{os.getpid()}")
+    partial.write_text(text)
+    partial.replace(TESTBED_CATALOG)
+    return TESTBED_CATALOG
+
+
+def sandbox_group_vars(root: Path, mirror_vars: dict) -> dict:
+    """Group vars of every sandbox host: no GPU, NVIDIA sources on the fixture mirror.
+
+    The cuDNN/NCCL tarball fixtures carry the real binaries of NVIDIA's wheels whatever their names say,
+    so the roles' version checks expect what those binaries report (testbed/FIXTURES.md).
+    """
+    manifest = fixtures.read_manifest(root)
+    reports = {entry["kind"]: entry["reports_version"] for entry in manifest.values()}
+    return {
+        "ansible_connection": "community.docker.docker",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "stack_no_gpu": True,
+        # The catalog with the fixture CUDA toolkit's size (testbed_catalog).
+        "stack_catalog_file": str(testbed_catalog(root)),
+        # The seed's NCCL tarball (a fixture) in every scenario but wheels, which runs the default wheel.
+        **seed_nccl(),
+        **mirror_vars,
+        "cudnn_expected_version": reports["cudnn_tarball"],
+        "nccl_expected_version": reports["nccl_tarball"],
+        "tensorrt_expected_version": reports["tensorrt_tarball"],
+        # Ansible's async polls (15 s/10 s/5 s by default): 5 s here, where most installs take seconds. Not
+        # shorter: each poll is a module run through `docker exec`, CPU taken from the DKMS build or the
+        # benchmark it waits for on these two cores.
+        **{f"{role}_poll_seconds": 5 for role in ("nvidia_driver", "cuda", "cuda_library", "verify")},
+        # The controller's artifact cache, as on a user's controller: every file fetched once from the
+        # fixture mirror (or PyPI), then copied to the hosts.
+        "stack_artifact_cache_dir": str(ARTIFACT_CACHE),
+    }
+
+
+@contextmanager
+def fixture_mirror() -> Iterator[dict]:
+    """Build the NVIDIA fixtures (cached) and serve them on 127.0.0.1 while the block runs.
+
+    Yields the group vars of a sandbox host using it (see sandbox_group_vars). A fixture that cannot be
+    built raises fixtures.FixtureError before anything is served.
+    """
+    root = fixtures.build_mirror()
+    with mirror.serving(root) as served:
+        print(f"Fixture mirror: {served.base_url} ({root})")
+        yield sandbox_group_vars(root, fixtures.inventory_vars(root, served.base_url))
+
+
+def seed_mnist(cache: Path) -> None:
+    """The test bed cannot reach MNIST's mirrors: the repository's copy (data/mnist) goes into the artifact
+    cache, where the filler checks it against the catalog's sha256 (`mnist.files`) like a download."""
+    (cache / "mnist").mkdir(parents=True, exist_ok=True)
+    for path in MNIST_COPY.glob("*.gz"):
+        if not (cache / "mnist" / path.name).exists():
+            shutil.copy(path, cache / "mnist" / path.name)
+
+
+def write_group_vars(scenario: str, group_vars: dict) -> None:
+    """Molecule scenarios link their group_vars to .cache/molecule/<scenario>/group_vars."""
+    folder = MOLECULE_VARS / scenario / "group_vars"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gpu_servers.yml").write_text(json.dumps(group_vars, indent=2) + "\n")
+
+
+# What `./toolkit test --full` adds to `./toolkit test` (CI): whole stages (EXTENDED_STAGES, and the
+# tests/methods step after the wheels, nvidia_repo and runfile scenarios) and single test modules of the
+# other stages (pytest marker `extended`, registered in pyproject.toml: tests/system/test_driver_upgrade.py,
+# tests/system/test_serving_cpu_steps.py). On CI's two cores the whole suite takes over two hours, past
+# CI's 90 minutes; these are the costliest parts whose product paths the CI run still converges or checks
+# by other means (docs/testing.md, "The full suite").
+EXTENDED_MARKER = "extended"
+EXTENDED_STAGES = ("faults", "fleet", "serving")
+
+
+def pytest_command(full: bool) -> str:
+    """A stage's pytest command line, up to its paths; it leaves out the extended tests unless `full`."""
+    marker = "" if full else f"-m {shlex.quote('not ' + EXTENDED_MARKER)} "
+    return f"pytest -q -s -p no:cacheprovider --durations=20 {marker}"
+
+
+def scenario_stage(name: str, group_vars: dict, env: dict[str, str], full: bool = False) -> suite.Stage:
+    """One molecule scenario as a stage. Its converged host outlives molecule's verify step for the tests
+    that need a provisioned host, then molecule destroys it: the verify scenario's for the system tests of
+    playbooks/verify.yml (tests/system), every other one's for `./toolkit uninstall` of the scenario's
+    install methods (tests/methods). `--destroy never` also skips the sequence's first destroy, so
+    leftovers of an interrupted run are removed first."""
+    what = SCENARIOS[name]
+    settings = {**group_vars, **SCENARIO_VARS[name]}
+    write_group_vars(name, settings)
+    if name == VERIFY_SCENARIO:
+        # The host's own settings (the scenario's too: TensorRT is on there), so a site.yml run through this
+        # inventory (tests/system/test_driver_upgrade.py) converges the same stack.
+        inventory = sandbox.write_inventory(
+            MOLECULE_VARS / name / "verify-inventory.yml", [VERIFY_HOST], {**settings, **verify_vars()}
+        )
+        label, tests, basetemp = "system (verify.yml)", "tests/system", "system"
+        test_env = {**env, "MSGPU_VERIFY_INVENTORY": str(inventory)}
+    else:
+        platform = yaml.safe_load((ROOT / "molecule" / name / "molecule.yml").read_text())["platforms"][0]["name"]
+        inventory = sandbox.write_inventory(MOLECULE_VARS / name / "uninstall-inventory.yml", [platform], settings)
+        # The runfile-only check (nouveau loaded) runs on the runfile host alone: no test skips elsewhere.
+        tests = "tests/methods" if name == "runfile" else "tests/methods/test_uninstall_methods.py"
+        label, basetemp = "uninstall (its methods)", f"methods-{name}"
+        test_env = {**env, "MSGPU_SCENARIO_INVENTORY": str(inventory), "MSGPU_SCENARIO": name}
+    pytest = pytest_command(full)
+    steps = [
+        suite.Step("destroy leftovers", f"molecule destroy -s {name} >/dev/null 2>&1 || true", env),
+        suite.Step(f"molecule {name}", f"molecule test -s {name} --destroy never", env),
+        suite.Step(
+            label, f"{pytest}--basetemp={shlex.quote(str(sandbox.CACHE / 'pytest' / basetemp))} {tests}", test_env
+        ),
+    ]
+    if name != VERIFY_SCENARIO and not full:
+        steps.pop()  # tests/methods: in --full only
+    return suite.Stage(f"molecule {name}", what, steps, cleanup=[f"molecule destroy -s {name}"])
+
+
+def pytest_stage(name: str, paths: str, what: str, env: dict[str, str], full: bool = False) -> suite.Stage:
+    # Each stage's own temporary folder: pytest runs side by side never tidy up each other's.
+    (sandbox.CACHE / "pytest").mkdir(parents=True, exist_ok=True)
+    basetemp = shlex.quote(str(sandbox.CACHE / "pytest" / name))
+    pytest = pytest_command(full)
+    return suite.Stage(name, what, [suite.Step(name, f"{pytest}--basetemp={basetemp} {paths}", env)])
+
+
+def unit_stage(env: dict[str, str]) -> suite.Stage:
+    """The unit tests, run in a copy of the working tree outside the checkout (nothing beside it), so a
+    clone anywhere passes them; the fixture caches are this checkout's (MSGPU_CACHE)."""
+    copy = isolated_copy()
+    basetemp = shlex.quote(str(sandbox.CACHE / "pytest" / "unit"))
+    (sandbox.CACHE / "pytest").mkdir(parents=True, exist_ok=True)
+    command = f"cd {shlex.quote(str(copy))} && pytest -q -p no:cacheprovider --basetemp={basetemp} tests/unit"
+    return suite.Stage(
+        "unit",
+        f"catalog, resolver, fixtures, verification package (in {copy}, a copy of the working tree)",
+        [suite.Step("unit", command, {**env, "MSGPU_CACHE": str(sandbox.CACHE)})],
+    )
+
+
+def isolated_copy() -> Path:
+    """The working tree as a clone elsewhere has it, in a folder whose parent holds nothing else (no
+    data folder beside the checkout, no .cache, no .venv): the unit stage runs its tests there to prove
+    that a clone anywhere passes them. The files are those git would commit (`git ls-files -co
+    --exclude-standard`: tracked, and new ones not ignored), uncommitted changes included, which a
+    `git clone` would miss. Rebuilt on every call; returns the copy's root. Run pytest on
+    <copy>/tests/unit with MSGPU_CACHE=<this .cache>, so the fixture caches are not built twice.
+    """
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ScenarioError(f"isolated copy: {ROOT} is not a git checkout git can list ({exc})") from exc
+    base = Path(tempfile.gettempdir()) / f"msgpu-isolated-{os.getuid()}-{hashlib.sha256(bytes(ROOT)).hexdigest()[:12]}"
+    shutil.rmtree(base, ignore_errors=True)
+    copy = base / ROOT.name
+    for name in sorted(set(listed.split("\0")) - {""}):
+        source = ROOT / name
+        if name.split("/", 1)[0] in (".cache", ".venv") or not (source.is_file() or source.is_symlink()):
+            continue  # the caches, and files deleted in the working tree
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, copy / name, follow_symlinks=False)
+    return copy
+
+
+def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full: bool = False) -> list[suite.Stage]:
+    """The stages of `./toolkit test` (with `full`, `--full`: the extended tests too, EXTENDED_MARKER), or
+    only the molecule scenario `scenario`."""
+    if scenario:
+        return [scenario_stage(scenario, group_vars, env, full)]
+    # Longest first, so that the lanes end close together; the unit tests fill the gap at the end.
+    stages = [
+        scenario_stage(VERIFY_SCENARIO, group_vars, env, full),
+        pytest_stage(
+            "faults",
+            "tests/integration/test_faults.py",
+            "mirror faults, killed runs and interrupted installs on a real container",
+            env,
+            full,
+        ),
+        pytest_stage(
+            "preflight",
+            "tests/integration --ignore=tests/integration/test_faults.py",
+            "the preflight's refusals and check mode on real containers, each host left unchanged",
+            env,
+            full,
+        ),
+        pytest_stage(
+            "fleet",
+            "tests/fleet",
+            "4 containers on their own network: cache, offline, unreachable host, rolling, MPI",
+            env,
+            full,
+        ),
+        *(scenario_stage(name, group_vars, env, full) for name in SCENARIOS if name != VERIFY_SCENARIO),
+        pytest_stage(
+            "serving",
+            "tests/serving",
+            "the catalog's stack with MindSpore and Serving from PyPI on a fresh container: role, "
+            "launcher, verify.yml's Serving check, uninstall",
+            env,
+            full,
+        ),
+        unit_stage(env),
+    ]
+    return [stage for stage in stages if full or stage.name not in EXTENDED_STAGES]
