@@ -8,6 +8,7 @@ that name versions are derived from the catalog through the resolver's public he
 
 from __future__ import annotations
 
+import filecmp
 import hashlib
 import importlib.util
 import json
@@ -127,6 +128,9 @@ SCENARIO_VARS: dict[str, dict] = {
 # The scenario whose converged host the system tests (playbooks/verify.yml) run against.
 VERIFY_SCENARIO = "default"
 VERIFY_HOST = "msgpu-molecule-focal"
+# The image that host runs from during the system tests (sandbox.rebase_host): its throwaway copies
+# (the doctor's broken hosts) share its files instead of copying them.
+VERIFY_IMAGE = "msgpu-verify-host:default"
 
 
 # The test bed's copy of the catalog, every sandbox host's stack_catalog_file (see testbed_catalog).
@@ -167,6 +171,56 @@ def testbed_catalog(mirror_root: Path | None = None) -> Path:
     partial.write_text(text)
     partial.replace(TESTBED_CATALOG)
     return TESTBED_CATALOG
+
+
+# Files smaller than this are not worth a hard link.
+LINK_MIN_BYTES = 16 * 2**20
+_LINKED: set[tuple[int, int]] = set()  # (st_dev, st_ino) of cache files already examined and linked or kept
+
+
+def link_cache_duplicates(cache: Path | None = None, sources: tuple[Path, ...] = ()) -> int:
+    """Hard-link each file of the controller's artifact cache (ARTIFACT_CACHE, top level) that is
+    byte-for-byte a file of the same name in the fixture mirror or the fixture builder's wheel downloads
+    (.cache/wheels) to that file, so the test bed keeps one copy on disk instead of two (the cache's
+    runfile, tarballs and NVIDIA wheels: 2-4 GB during a suite run). Storage only: the product's filler
+    writes every file under a temporary name and renames it (roles/stack/files/artifact_cache.py), the
+    mirror's builders do the same, nothing writes either in place, so a link changes no file anyone
+    reads. Returns the bytes freed. `./toolkit test` runs it every minute while its stages run."""
+    cache = cache or ARTIFACT_CACHE
+    sources = sources or (sandbox.CACHE / "mirror", sandbox.CACHE / "wheels")
+    if not cache.is_dir():
+        return 0
+    by_name: dict[str, list[Path]] = {}
+    for source in sources:
+        if source.is_dir():
+            for path in source.rglob("*"):
+                if path.is_file() and not path.is_symlink():
+                    by_name.setdefault(path.name, []).append(path)
+    freed = 0
+    for target in sorted(cache.iterdir()):
+        try:
+            stat = target.stat()
+        except OSError:
+            continue
+        if not target.is_file() or target.is_symlink() or stat.st_size < LINK_MIN_BYTES:
+            continue
+        if stat.st_nlink > 1 or (stat.st_dev, stat.st_ino) in _LINKED:
+            continue
+        for source in by_name.get(target.name, []):
+            try:
+                same_size = source.stat().st_size == stat.st_size and source.stat().st_dev == stat.st_dev
+                if not same_size or not filecmp.cmp(source, target, shallow=False):
+                    continue
+                partial = target.with_name(f".{target.name}.link-{os.getpid()}")
+                os.link(source, partial)
+                os.replace(partial, target)
+            except OSError:
+                continue
+            freed += stat.st_size
+            break
+        else:
+            _LINKED.add((stat.st_dev, stat.st_ino))  # no twin: not compared again
+    return freed
 
 
 def sandbox_group_vars(root: Path, mirror_vars: dict) -> dict:
@@ -260,7 +314,7 @@ def scenario_stage(name: str, group_vars: dict, env: dict[str, str], full: bool 
             MOLECULE_VARS / name / "verify-inventory.yml", [VERIFY_HOST], {**settings, **verify_vars()}
         )
         label, tests, basetemp = "system (verify.yml)", "tests/system", "system"
-        test_env = {**env, "MSGPU_VERIFY_INVENTORY": str(inventory)}
+        test_env = {**env, "MSGPU_VERIFY_INVENTORY": str(inventory), "MSGPU_VERIFY_IMAGE": VERIFY_IMAGE}
     else:
         platform = yaml.safe_load((ROOT / "molecule" / name / "molecule.yml").read_text())["platforms"][0]["name"]
         inventory = sandbox.write_inventory(MOLECULE_VARS / name / "uninstall-inventory.yml", [platform], settings)
@@ -269,6 +323,7 @@ def scenario_stage(name: str, group_vars: dict, env: dict[str, str], full: bool 
         label, basetemp = "uninstall (its methods)", f"methods-{name}"
         test_env = {**env, "MSGPU_SCENARIO_INVENTORY": str(inventory), "MSGPU_SCENARIO": name}
     pytest = pytest_command(full)
+    cleanup = [f"molecule destroy -s {name}"]
     steps = [
         suite.Step("destroy leftovers", f"molecule destroy -s {name} >/dev/null 2>&1 || true", env),
         suite.Step(f"molecule {name}", f"molecule test -s {name} --destroy never", env),
@@ -276,9 +331,16 @@ def scenario_stage(name: str, group_vars: dict, env: dict[str, str], full: bool 
             label, f"{pytest}--basetemp={shlex.quote(str(sandbox.CACHE / 'pytest' / basetemp))} {tests}", test_env
         ),
     ]
-    if name != VERIFY_SCENARIO and not full:
+    if name == VERIFY_SCENARIO:
+        remove_image = f"docker rmi -f {VERIFY_IMAGE} >/dev/null 2>&1 || true"
+        steps[0].command += f"; {remove_image}"
+        steps.insert(
+            2, suite.Step("rebase on an image", f"python -m testbed.sandbox rebase {VERIFY_HOST} {VERIFY_IMAGE}", env)
+        )
+        cleanup.append(remove_image)
+    elif not full:
         steps.pop()  # tests/methods: in --full only
-    return suite.Stage(f"molecule {name}", what, steps, cleanup=[f"molecule destroy -s {name}"])
+    return suite.Stage(f"molecule {name}", what, steps, cleanup=cleanup)
 
 
 def pytest_stage(name: str, paths: str, what: str, env: dict[str, str], full: bool = False) -> suite.Stage:

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,8 +94,18 @@ def _tail(path: Path, count: int) -> str:
 class Runner:
     """Runs stages `lanes` at a time from `root`, logging into `log_dir`."""
 
-    def __init__(self, root: Path, log_dir: Path, base_env: dict[str, str], lanes: int = 2) -> None:
+    def __init__(
+        self,
+        root: Path,
+        log_dir: Path,
+        base_env: dict[str, str],
+        lanes: int = 2,
+        tick: Callable[[], int] | None = None,
+    ) -> None:
         self.root, self.log_dir, self.base_env, self.lanes = root, log_dir, base_env, max(1, lanes)
+        # Called with each progress line (every minute) while stages run: returns bytes freed (disk upkeep).
+        self.tick = tick
+        self.freed = 0
         self.lock = threading.Lock()
         self.running: dict[str, tuple[float, Path]] = {}
         self.results: list[Result] = []
@@ -118,6 +129,11 @@ class Runner:
                 running = dict(self.running)
             now = time.monotonic()
             parts = [f"{name} {now - started:.0f} s: {_last_line(log)}" for name, (started, log) in running.items()]
+            if self.tick is not None:
+                try:
+                    self.freed += self.tick()
+                except Exception as exc:  # upkeep must never stop the run
+                    self.say(f"... disk upkeep failed: {exc}")
             self.say(f"... [{_gib(_free_bytes(self.root))} GiB free] " + (" | ".join(parts) or "idle"))
 
     def _run_stage(self, stage: Stage) -> Result:
@@ -231,12 +247,20 @@ class Runner:
         return max(0, self.start_free - self.min_free)
 
 
-def write_report(path: Path, timings: dict[str, float], results: list[Result], runner: Runner, total: float) -> dict:
+def write_report(
+    path: Path, timings: dict[str, float], results: list[Result], runner: Runner, total: float, free_before: int = 0
+) -> dict:
+    """The run's numbers as JSON. `free_before`: the free disk before the steps that ran ahead of the runner
+    (the prepare step's caches), so the peak with them counts too."""
+    free_before = max(free_before, runner.start_free)
     report = {
         "total_seconds": round(total, 1),
         "lanes": runner.lanes,
+        "peak_disk_used_with_caches_gib": round(max(0, free_before - runner.min_free) / 2**30, 1),
+        "free_disk_before_prepare_gib": round(free_before / 2**30, 1),
         "peak_disk_used_gib": round(runner.peak_used / 2**30, 1),
         "free_disk_at_start_gib": round(runner.start_free / 2**30, 1),
+        "disk_freed_by_links_gib": round(runner.freed / 2**30, 1),
         "serial_stages": {k: round(v, 1) for k, v in timings.items()},
         "stages": {
             r.stage: {"ok": r.ok, "seconds": round(r.seconds, 1), "steps": {k: round(v, 1) for k, v in r.steps.items()}}

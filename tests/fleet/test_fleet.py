@@ -86,8 +86,12 @@ def test_fleet_converges_in_parallel_with_one_host_unreachable(fleet: Fleet):
         assert nvcc.returncode == 0 and re.search(r"release \d+\.\d+", nvcc.stdout), (host, nvcc.stderr)
         libs = fleet.sh(host, f"ls /usr/local/cuda-{CUDA}/lib64/ | grep -E '^lib(cudnn|nccl)\\.so\\.[0-9]+$'")
         assert libs.stdout.split() == ["libnccl.so.2"], (host, libs.stdout)
-        runfile = fleet.sh(host, f"sha256sum /var/cache/msgpu/artifacts/{UPSTREAM['cuda']['file']}")
-        assert runfile.stdout.split()[:1] == [pinned[UPSTREAM["cuda"]["file"]]], (host, runfile)
+        # The toolkit's marker records the sha256 of the runfile it was installed from; the host keeps no
+        # copy of the runfile once installed.
+        marker = fleet.sh(host, f"cat /usr/local/cuda-{CUDA}/.msgpu-installed")
+        assert marker.stdout.split() == [pinned[UPSTREAM["cuda"]["file"]]], (host, marker)
+        left = fleet.sh(host, f"test -e /var/cache/msgpu/artifacts/{UPSTREAM['cuda']['file']}")
+        assert left.returncode != 0, f"{host}: the installed runfile is still in the host's artifact cache"
         assert fleet.sh(host, "mpirun --version").returncode == 0
     print(f"\nfleet converge (3 reachable hosts + 1 down): {result.seconds:.0f} s; mirror: {fleet.served.counts}")
 

@@ -487,3 +487,30 @@ def test_wheel_with_another_checksum_is_refused_and_deleted(tmp_path, runtime_wh
     with pytest.raises(fixtures.FixtureError, match=r"does not match catalog/stacks\.yml"):
         fixtures.fetch_wheels([wrong], tmp_path)
     assert not (tmp_path / "wheels" / wheel.file).exists()
+
+
+def test_cache_duplicates_become_hard_links_and_nothing_else_changes(tmp_path: Path, monkeypatch) -> None:
+    """The test bed's disk upkeep (scenarios.link_cache_duplicates): a controller-cache file identical to
+    a same-named mirror file shares its blocks afterwards; a same-named file with other bytes, a file
+    without a twin and a small file stay separate copies; a second pass frees nothing more."""
+    monkeypatch.setattr(scenarios, "LINK_MIN_BYTES", 1024)
+    monkeypatch.setattr(scenarios, "_LINKED", set())
+    mirror_root, cache = tmp_path / "mirror" / "nvidia_developer" / "x", tmp_path / "cache"
+    mirror_root.mkdir(parents=True)
+    cache.mkdir()
+    body = os.urandom(4096)
+    for name, data in {"same.run": body, "other.tgz": body, "small.txz": b"tiny"}.items():
+        (mirror_root / name).write_bytes(data)
+    (cache / "same.run").write_bytes(body)
+    (cache / "other.tgz").write_bytes(body[:-1] + bytes([body[-1] ^ 1]))  # one bit differs
+    (cache / "alone.whl").write_bytes(body)
+    (cache / "small.txz").write_bytes(b"tiny")
+    freed = scenarios.link_cache_duplicates(cache, (tmp_path / "mirror",))
+    assert freed == 4096
+    assert (cache / "same.run").stat().st_ino == (mirror_root / "same.run").stat().st_ino
+    assert (cache / "same.run").read_bytes() == body
+    for name in ("other.tgz", "small.txz"):
+        assert (cache / name).stat().st_ino != (mirror_root / name).stat().st_ino, name
+    assert (cache / "alone.whl").stat().st_nlink == 1
+    assert sorted(p.name for p in cache.iterdir()) == ["alone.whl", "other.tgz", "same.run", "small.txz"]
+    assert scenarios.link_cache_duplicates(cache, (tmp_path / "mirror",)) == 0

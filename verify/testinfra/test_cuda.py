@@ -38,6 +38,11 @@ def env_dir(host) -> str:
 
 
 @pytest.fixture(scope="module")
+def artifact_dir(host) -> str:
+    return str(_role_setting(host, "cuda_artifact_dir", "/var/cache/msgpu/artifacts"))
+
+
+@pytest.fixture(scope="module")
 def modulefiles_dir(host) -> str:
     return str(_role_setting(host, "cuda_modulefiles_dir", "/etc/msgpu/modulefiles"))
 
@@ -57,7 +62,7 @@ def _in_login_shell(host, script: str):
     return host.run(f"env -i HOME=/root TERM=dumb bash -lc {shlex.quote(script)}")
 
 
-def test_toolkit_tree_carries_the_install_marker(host, install_root, toolkits, stack, subtests):
+def test_toolkit_tree_carries_the_install_marker(host, install_root, artifact_dir, toolkits, stack, subtests):
     if stack["cuda"]["method"] != "runfile":
         pytest.skip("only runfile installs carry the marker (dpkg records package installs)")
     for toolkit in toolkits:
@@ -71,6 +76,9 @@ def test_toolkit_tree_carries_the_install_marker(host, install_root, toolkits, s
             expected = toolkit["artifact"].get("sha256") or content
             assert SHA256_RE.match(content)
             assert content == expected
+            # Once the marker is written the host keeps no copy of the runfile (3-4 GB for a real one).
+            runfile = f"{artifact_dir}/{toolkit['artifact']['file']}"
+            assert not host.file(runfile).exists, f"{runfile}: the installed runfile is still on the host"
 
 
 def test_toolkit_tree_belongs_to_its_package(host, install_root, toolkits, stack, subtests):

@@ -127,6 +127,9 @@ def test_tarball_prefix_has_the_symlink_chain_and_belongs_to_root(host, prefix, 
     marker = host.file(f"{prefix}/.msgpu-installed")
     assert marker.is_file and marker.user == "root" and marker.mode == 0o644
     assert marker.content_string.strip() == tarball_sha256(tensorrt["artifact"])
+    # Once unpacked, the host keeps no copy of the tarball (the role's default artifact folder).
+    left = host.file(f"/var/cache/msgpu/artifacts/{tensorrt['artifact']['file']}")
+    assert not left.exists, f"{left.path}: the unpacked tarball is still on the host"
 
 
 def test_python_packages_of_the_method_are_installed(host, user, venv, tensorrt):
