@@ -331,7 +331,7 @@ def rebase_host(name: str, tag: str) -> str:
     """Commit the container `name` as the image `tag` and recreate `name` from it with the same name,
     hostname, labels, network, mounts and command: the same files, now in a shared image layer. Throwaway
     copies started from `tag` (tests/system/test_doctor.py breaks one per test) then cost only what they
-    change, where a commit next to the running container held every installed file twice (8-9 GB for the
+    change, where a commit next to the running container held every installed file twice (7-9 GB for the
     default stack's host, the suite's disk peak). Returns `tag`; remove it after the container."""
     found = run(["docker", "inspect", name], capture=True, check=False)
     if found.returncode != 0:
