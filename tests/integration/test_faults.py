@@ -15,6 +15,7 @@ installed).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -59,6 +60,34 @@ FAST_RETRIES = {
     "cuda_library_download_retries": 2,
     "cuda_library_download_delay": 1,
 }
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` on this machine (children first reached through /proc/<pid>/stat)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie waiting for its parent counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def unique(pattern: str) -> str:
@@ -112,7 +141,9 @@ class Runs:
 
     def run_killed(self, playbook: str, ready: threading.Event, timeout: float = 300) -> None:
         """Start the playbook, wait until `ready` is set (by a watcher), then cut the host's power, and kill
-        ansible-playbook on the controller (which would only find the host gone)."""
+        ansible-playbook on the controller (which would only find the host gone) with every process it
+        started: Ansible's task workers call setsid(), so they are outside its process group and a
+        killpg alone leaves them running. Nothing of the run may be left on the controller."""
         with open(os.devnull, "w") as sink:
             proc = subprocess.Popen(
                 self.command(playbook), stdout=sink, stderr=sink, env=self.env(), cwd=ROOT, start_new_session=True
@@ -122,8 +153,17 @@ class Runs:
                 pytest.fail(f"the run of {playbook} never reached the point to interrupt")
             self.power_cut()
         finally:
+            os.killpg(proc.pid, signal.SIGSTOP)  # no new worker forks while the tree is read
+            tree = [proc.pid, *descendants(proc.pid)]
             os.killpg(proc.pid, signal.SIGKILL)
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while (left := [pid for pid in tree if alive(pid)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert left == [], f"processes of the killed run of {playbook} still run on the controller: {left}"
 
     def watch_host(
         self, pattern: str, ready: threading.Event, timeout: float = 300, settle: float = 0.0
