@@ -14,7 +14,7 @@ from cli.common import RESULTS, ROOT, env, run, timed
 
 # The molecule scenarios (testbed/scenarios.py SCENARIOS, in its order), named here so that `--help` and
 # `--list` need not load the test bed; tests/unit/test_entry_points.py keeps the two equal.
-SCENARIO_NAMES = ("default", "wheels", "nvidia_repo", "runfile")
+SCENARIO_NAMES = ("default", "runfile", "nvidia_repo", "wheels")
 
 
 @task

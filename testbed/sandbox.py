@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         rebase_host(args[1], args[2])
-    except (SandboxError, subprocess.CalledProcessError) as exc:
+    except SandboxError as exc:
         print(f"rebase: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -57,15 +57,18 @@ DEFAULT_STACK = CATALOG["stacks"][CATALOG["default_stack"]]
 # Molecule scenarios: name -> what they prove. Each converges site.yml on a fresh Ubuntu 20.04
 # container, converges again demanding changed=0, and runs the testinfra modules.
 # cli/checks.py names them in `./toolkit test --help` (SCENARIO_NAMES; a unit test keeps the two equal).
+# The suite runs them in this order: the system tests' scenario, then the others longest first (measured
+# on 2026-12-02 with their tests/methods step: runfile 723 s, nvidia_repo 536 s, wheels ~400 s), so the
+# two lanes end close together.
 SCENARIOS = {
     "default": "the seed's stack: distro driver with real DKMS, CUDA runfile, "
     "cuDNN and the seed's NCCL 2.8.4 tarballs (fixtures), OpenMPI, the MindSpore venv, TensorRT's tarball; "
     "then the system tests on it",
-    "wheels": "cuDNN 8.5, NCCL 2.14 (the stacks' default NCCL) and TensorRT 8.4 from NVIDIA's real PyPI wheels",
-    "nvidia_repo": "NVIDIA's CUDA apt repository (a signed fixture repo on loopback, signed-by keyring): "
-    "cuda-drivers with real DKMS, two cuda-toolkit-11-x side by side, libcudnn8, libnccl2",
     "runfile": "the driver's runfile --silent --dkms (fixture from Ubuntu's real NVIDIA sources and "
     "libraries) with a real DKMS build (+ a kernel upgrade), and a second CUDA runfile toolkit side by side",
+    "nvidia_repo": "NVIDIA's CUDA apt repository (a signed fixture repo on loopback, signed-by keyring): "
+    "cuda-drivers with real DKMS, two cuda-toolkit-11-x side by side, libcudnn8, libnccl2",
+    "wheels": "cuDNN 8.5, NCCL 2.14 (the stacks' default NCCL) and TensorRT 8.4 from NVIDIA's real PyPI wheels",
 }
 
 
@@ -112,6 +115,11 @@ def verify_vars() -> dict:
 SCENARIO_VARS: dict[str, dict] = {
     # The seed's stack with TensorRT (for MindSpore Serving) by the stack's default method, tarball.
     "default": {"stack_tensorrt_enabled": True},
+    "runfile": {"stack_driver_method": "runfile", "stack_cuda_extra_versions": second_cuda()},
+    "nvidia_repo": {
+        **{f"stack_{c}_method": "cuda_repo" for c in ("driver", "cuda", "cudnn", "nccl")},
+        "stack_cuda_extra_versions": second_cuda(),
+    },
     "wheels": {
         **wheel_overrides(),
         # TensorRT from NVIDIA's nvidia-tensorrt wheel: the version the default stack accepts that has one.
@@ -119,15 +127,7 @@ SCENARIO_VARS: dict[str, dict] = {
         "stack_tensorrt_method": "wheel",
         "stack_tensorrt_version": stack_catalog.accepted_versions(CATALOG, "tensorrt", method="wheel")[0],
     },
-    "nvidia_repo": {
-        **{f"stack_{c}_method": "cuda_repo" for c in ("driver", "cuda", "cudnn", "nccl")},
-        "stack_cuda_extra_versions": second_cuda(),
-    },
-    "runfile": {"stack_driver_method": "runfile", "stack_cuda_extra_versions": second_cuda()},
 }
-# The other scenarios in the suite's order, longest first (measured on 2026-12-02 with their tests/methods
-# step: runfile 723 s, nvidia_repo 536 s, wheels ~400 s), so the two lanes end close together.
-OTHER_SCENARIOS_LONGEST_FIRST = ("runfile", "nvidia_repo", "wheels")
 # The scenario whose converged host the system tests (playbooks/verify.yml) run against.
 VERIFY_SCENARIO = "default"
 VERIFY_HOST = "msgpu-molecule-focal"
@@ -324,22 +324,24 @@ def scenario_stage(name: str, group_vars: dict, env: dict[str, str], full: bool 
         tests = "tests/methods" if name == "runfile" else "tests/methods/test_uninstall_methods.py"
         label, basetemp = "uninstall (its methods)", f"methods-{name}"
         test_env = {**env, "MSGPU_SCENARIO_INVENTORY": str(inventory), "MSGPU_SCENARIO": name}
-    pytest = pytest_command(full)
+    leftovers = f"molecule destroy -s {name} >/dev/null 2>&1 || true"
     cleanup = [f"molecule destroy -s {name}"]
+    rebase: list[suite.Step] = []
+    if name == VERIFY_SCENARIO:
+        remove_image = f"docker rmi -f {VERIFY_IMAGE} >/dev/null 2>&1 || true"
+        leftovers, cleanup = f"{leftovers}; {remove_image}", [*cleanup, remove_image]
+        rebase = [
+            suite.Step("rebase on an image", f"python -m testbed.sandbox rebase {VERIFY_HOST} {VERIFY_IMAGE}", env)
+        ]
+    pytest = pytest_command(full)
     steps = [
-        suite.Step("destroy leftovers", f"molecule destroy -s {name} >/dev/null 2>&1 || true", env),
+        suite.Step("destroy leftovers", leftovers, env),
         suite.Step(f"molecule {name}", f"molecule test -s {name} --destroy never", env),
+        *rebase,
         suite.Step(
             label, f"{pytest}--basetemp={shlex.quote(str(sandbox.CACHE / 'pytest' / basetemp))} {tests}", test_env
         ),
     ]
-    if name == VERIFY_SCENARIO:
-        remove_image = f"docker rmi -f {VERIFY_IMAGE} >/dev/null 2>&1 || true"
-        steps[0].command += f"; {remove_image}"
-        steps.insert(
-            2, suite.Step("rebase on an image", f"python -m testbed.sandbox rebase {VERIFY_HOST} {VERIFY_IMAGE}", env)
-        )
-        cleanup.append(remove_image)
     return suite.Stage(f"molecule {name}", what, steps, cleanup=cleanup)
 
 
@@ -423,7 +425,7 @@ def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full
             env,
             full,
         ),
-        *(scenario_stage(name, group_vars, env, full) for name in OTHER_SCENARIOS_LONGEST_FIRST),
+        *(scenario_stage(name, group_vars, env, full) for name in SCENARIOS if name != VERIFY_SCENARIO),
         pytest_stage(
             "serving",
             "tests/serving",

@@ -252,7 +252,7 @@ def write_report(
 ) -> dict:
     """The run's numbers as JSON. `free_before`: the free disk before the steps that ran ahead of the runner
     (the prepare step's caches), so the peak with them counts too."""
-    free_before = max(free_before, runner.start_free)
+    free_before = free_before or runner.start_free
     report = {
         "total_seconds": round(total, 1),
         "lanes": runner.lanes,

@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from testbed import fixtures, mirror, scenarios
+from tests.conftest import pid_alive
 
 from .conftest import ROOT, Host, host_with_mirror, refusals
 
@@ -79,15 +80,6 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` still runs (a zombie waiting for its parent counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def unique(pattern: str) -> str:
@@ -161,7 +153,7 @@ class Runs:
                     os.kill(pid, signal.SIGKILL)
             proc.wait(timeout=30)
         deadline = time.monotonic() + 10
-        while (left := [pid for pid in tree if alive(pid)]) and time.monotonic() < deadline:
+        while (left := [pid for pid in tree if pid_alive(pid)]) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert left == [], f"processes of the killed run of {playbook} still run on the controller: {left}"
 

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, pid_alive
 
 VERIFY = ROOT / "verify"
 FAKE_WORKER = Path(__file__).resolve().parent / "fake_dist_worker.py"
@@ -153,15 +153,6 @@ def launch(
     result = subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout + 60)
     document = json.loads(out.read_text()) if out.exists() else None
     return result, document
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat_file = Path(f"/proc/{pid}/stat")
-    return stat_file.exists() and stat_file.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_ok_every_rank_on_its_own_gpu(bed):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, pid_alive
 from tests.unit.test_gpu_probe import RTX3090
 
 VERIFY = ROOT / "verify"
@@ -44,16 +44,6 @@ def run_judge(variant: str, *args: str, timeout: float = 20.0, **extra: str) -> 
 
 def judged(variant: str, device: str = "CPU", timeout_s: float = 20.0, **expected: str) -> dict:
     return judge.judge(sys.executable, device, timeout_s, expected, env=fake_env(variant))
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purpose (it is only waiting to be reaped by its parent).
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(") ", 1)[1][0] != "Z"
 
 
 def test_ok_on_cpu():
