@@ -38,10 +38,18 @@ def lint(c: Context) -> None:
         "skips lint, unit and integration tests.",
         "lanes": "How many stages run at the same time (default 2, or MSGPU_TEST_LANES; 1: one after another).",
         "full": "The full suite: also the extended tests CI leaves out (docs/testing.md, The full suite).",
+        "only": "Only these stages, comma-separated (their names as the run prints them, e.g. 'faults,fleet'); "
+        "skips lint. With --full, their extended tests too.",
     }
 )
 def test(
-    c: Context, fast: bool = False, keyword: str = "", scenario: str = "", lanes: int = 0, full: bool = False
+    c: Context,
+    fast: bool = False,
+    keyword: str = "",
+    scenario: str = "",
+    lanes: int = 0,
+    full: bool = False,
+    only: str = "",
 ) -> None:
     """The whole suite as CI runs it: lint, unit tests, sandbox integration tests, molecule scenarios."""
     timings: dict[str, float] = {}
@@ -55,7 +63,7 @@ def test(
     lanes = lanes or int(os.environ.get("MSGPU_TEST_LANES", "2"))
     if lanes < 1:
         raise Exit(f"--lanes: '{lanes}' is not allowed; allowed: 1 or more", code=2)
-    if not scenario:
+    if not scenario and not only:
         timings["lint"] = timed(lambda: lint(c))
     if fast:
         timings["unit"] = run(c, "pytest -q tests/unit", what="unit tests (catalog, resolver, fixtures)")
@@ -74,6 +82,8 @@ def test(
         timings["prepare (images, fixtures)"] = time.monotonic() - prepare_started
         try:
             stages = scenarios.suite_stages(group_vars, stage_env, scenario, full)
+            if only:
+                stages = scenarios.only_stages(stages, only)
         except scenarios.ScenarioError as exc:
             raise Exit(str(exc), code=1) from exc
         # Every minute: the controller's artifact cache shares disk blocks with the fixture mirror

@@ -57,9 +57,9 @@ DEFAULT_STACK = CATALOG["stacks"][CATALOG["default_stack"]]
 # Molecule scenarios: name -> what they prove. Each converges site.yml on a fresh Ubuntu 20.04
 # container, converges again demanding changed=0, and runs the testinfra modules.
 # cli/checks.py names them in `./toolkit test --help` (SCENARIO_NAMES; a unit test keeps the two equal).
-# The suite runs them in this order: the system tests' scenario, then the others longest first (measured
-# on 2026-12-02 with their tests/methods step: runfile 723 s, nvidia_repo 536 s, wheels ~400 s), so the
-# two lanes end close together.
+# The suite runs them among its other stages longest first (suite_stages; measured on 2026-12-02 with
+# their tests/methods step: runfile 723 s, nvidia_repo 536 s, wheels ~400 s), so the two lanes end close
+# together.
 SCENARIOS = {
     "default": "the seed's stack: distro driver with real DKMS, CUDA runfile, "
     "cuDNN and the seed's NCCL 2.8.4 tarballs (fixtures), OpenMPI, the MindSpore venv, TensorRT's tarball; "
@@ -285,13 +285,11 @@ def write_group_vars(scenario: str, group_vars: dict) -> None:
     (folder / "gpu_servers.yml").write_text(json.dumps(group_vars, indent=2) + "\n")
 
 
-# What `./toolkit test --full` adds to `./toolkit test` (CI): whole stages (EXTENDED_STAGES) and single
-# test modules of the other stages (pytest marker `extended`, registered in pyproject.toml:
-# tests/system/test_driver_upgrade.py, tests/system/test_serving_cpu_steps.py). On CI's two cores the
-# whole suite takes over two hours, past CI's 90 minutes; these are the costliest parts whose product
-# paths the CI run still converges or checks by other means (docs/testing.md, "The full suite").
+# What `./toolkit test --full` adds to `./toolkit test` (CI): the test modules marked `extended`
+# (registered in pyproject.toml: tests/system/test_driver_upgrade.py, tests/system/test_serving_cpu_steps.py),
+# the costliest ones (cold DKMS builds of another driver branch) whose product paths the CI run still
+# converges or checks by other means (docs/testing.md, "The full suite"). Every stage runs in CI.
 EXTENDED_MARKER = "extended"
-EXTENDED_STAGES = ("faults", "fleet", "serving")
 
 
 def pytest_command(full: bool) -> str:
@@ -401,16 +399,19 @@ def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full
     only the molecule scenario `scenario`."""
     if scenario:
         return [scenario_stage(scenario, group_vars, env, full)]
-    # Longest first, so that the lanes end close together; the unit tests fill the gap at the end.
-    stages = [
-        scenario_stage(VERIFY_SCENARIO, group_vars, env, full),
+    # Longest first (as measured), so that the two lanes end close together; the unit tests fill the gap
+    # at the end.
+    molecule = {name: scenario_stage(name, group_vars, env, full) for name in SCENARIOS}
+    return [
+        molecule[VERIFY_SCENARIO],
         pytest_stage(
             "faults",
             "tests/integration/test_faults.py",
-            "mirror faults, killed runs and interrupted installs on a real container",
+            "mirror faults, killed runs, power cuts and interrupted installs on a real container",
             env,
             full,
         ),
+        molecule["runfile"],
         pytest_stage(
             "preflight",
             "tests/integration --ignore=tests/integration/test_faults.py",
@@ -425,7 +426,7 @@ def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full
             env,
             full,
         ),
-        *(scenario_stage(name, group_vars, env, full) for name in SCENARIOS if name != VERIFY_SCENARIO),
+        molecule["nvidia_repo"],
         pytest_stage(
             "serving",
             "tests/serving",
@@ -434,6 +435,16 @@ def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full
             env,
             full,
         ),
+        molecule["wheels"],
         unit_stage(env),
     ]
-    return [stage for stage in stages if full or stage.name not in EXTENDED_STAGES]
+
+
+def only_stages(stages: list[suite.Stage], names: str) -> list[suite.Stage]:
+    """The stages named in `names` (comma-separated, as the run prints them), in the suite's order."""
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    known = [stage.name for stage in stages]
+    unknown = [name for name in wanted if name not in known]
+    if unknown or not wanted:
+        raise ScenarioError(f"--only: {', '.join(unknown) or repr(names)} unknown; allowed: {', '.join(known)}")
+    return [stage for stage in stages if stage.name in wanted]

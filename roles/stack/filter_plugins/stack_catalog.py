@@ -11,6 +11,7 @@ that caused it and what is allowed instead.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from typing import Any
@@ -129,10 +130,13 @@ class _Resolver:
         if not isinstance(paths, dict):
             self.error("stack_local_artifacts", "must be a mapping of file name to a path on the controller")
             return {}
+        found: dict[str, str] = {}
         for name, path in paths.items():
             if not os.path.isfile(str(path)):
                 self.error(f"stack_local_artifacts.{name}", f"'{path}' does not exist on the controller")
-        return {str(k): str(v) for k, v in paths.items()}
+            else:
+                found[str(name)] = str(path)
+        return found
 
     def artifact(
         self, entry: dict[str, Any], sources: dict[str, str], checksums: dict[str, str], local: dict[str, str]
@@ -150,6 +154,9 @@ class _Resolver:
             art["sha256"] = checksums[name]
         if name in local:
             art["local_path"] = local[name]
+            if not art.get("sha256"):
+                # The user's own copy without a pinned sum: the hosts' copies must match the controller's.
+                art["sha256"] = file_sha256(local[name])
         return art
 
     # --- component choices -----------------------------------------------------------------
@@ -727,6 +734,15 @@ def cache_components(
         chosen = [c for c in states if "all" in run_tags or c in run_tags or f"role::{c}" in run_tags]
         chosen = [c for c in chosen if c not in skip_tags and f"role::{c}" not in skip_tags]
     return [c for c in chosen if states.get(c, "present") == "present"]
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 of a controller file (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def resolve_stack(catalog: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
