@@ -13,9 +13,12 @@ from cli.common import VENV_BIN, run
 
 @task
 def setup(c: Context) -> None:
-    """Install the pinned controller tools into .venv and prepare the sandbox image (Docker)."""
+    """Install the pinned controller tools into .venv, prepare the sandbox image (Docker) and the fixtures,
+    so that each molecule scenario also runs alone (`.venv/bin/molecule test -s wheels`)."""
     run(c, f"{shlex.quote(str(VENV_BIN / 'pip'))} install -q -r requirements.txt", what="pip install")
-    print(f"sandbox image: {local.sandbox_image()}")
+    image = local.sandbox_image()
+    print(f"sandbox image: {image}")
+    local.prepare_standalone(image)
 
 
 @task(positional=["action"], help={"action": "up | down | shell | status"})

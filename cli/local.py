@@ -8,6 +8,7 @@ commands never do. The test bed's errors become the CLI's (invoke's Exit, with t
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,17 @@ def sandbox_image(flavour: str = "focal") -> str:
         return sandbox.build_image(flavour)
     except sandbox.SandboxError as exc:
         raise Exit(f"sandbox: {exc}", code=1) from exc
+
+
+def prepare_standalone(image: str) -> None:
+    """Each molecule scenario runnable alone (`molecule test -s NAME`): fixtures, group vars, image alias."""
+    from testbed import fixtures, scenarios
+
+    try:
+        root = scenarios.prepare_standalone(image)
+    except (fixtures.FixtureError, OSError, subprocess.CalledProcessError) as exc:
+        raise Exit(f"setup: the molecule scenarios cannot run alone: {exc}", code=1) from exc
+    print(f"fixture mirror: {root} (molecule serves it itself when a scenario runs alone)")
 
 
 def sandbox_up(group_vars: dict | None = None) -> Path:

@@ -17,17 +17,24 @@ test can interrupt a download while it runs).
         mirror.counts["/nvidia_developer/compute/..."]
 
     python -m testbed.mirror .cache/mirror --port 8000   # serve in the foreground (debugging)
+    python -m testbed.mirror .cache/mirror --ensure http://127.0.0.1:8000
+        # serve in the background unless that URL already answers (a molecule scenario run alone:
+        # molecule/shared/prepare.yml); the background server exits after 30 idle minutes
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,6 +55,8 @@ class Mirror:
     root: Path
     base_url: str
     counts: dict[str, int] = field(default_factory=dict)
+    # time.monotonic() of the last request (a background server's idle exit)
+    last_request: float = field(default_factory=time.monotonic)
     # Bytes of the complete (fault-free) responses, for "bytes fetched from upstream".
     bytes_sent: int = 0
     # path -> queue of [fault, GETs left to fail (None: every one)], the head applies first
@@ -58,6 +67,7 @@ class Mirror:
         """Count a GET; returns the fault to inject into this response ("" for none)."""
         with self._lock:
             self.counts[path] = self.counts.get(path, 0) + 1
+            self.last_request = time.monotonic()
             queue = self.faults.get(path)
             if not queue:
                 return ""
@@ -175,17 +185,81 @@ def serving(root: Path, port: int = 0) -> Iterator[Mirror]:
         thread.join(timeout=10)
 
 
+def answers(url: str) -> bool:
+    """Whether an HTTP server answers at `url` (any status counts)."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/", timeout=3):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def ensure(root: Path, url: str, idle_exit: int = 1800) -> str:
+    """Serve `root` at `url` (http://127.0.0.1:PORT) in a background process unless a server already answers
+    there; that process exits after `idle_exit` seconds without a request. Returns what it did."""
+    parts = urlsplit(url)
+    if parts.hostname != HOST or not parts.port:
+        raise ValueError(f"--ensure: '{url}' is not a URL on {HOST} with a port; allowed: http://{HOST}:PORT")
+    if answers(url):
+        return f"{url} already answers"
+    root = Path(root).resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"mirror root {root} is not a directory (run ./toolkit setup first)")
+    log = root.parent / "mirror-background.log"
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "testbed.mirror",
+                str(root),
+                "--port",
+                str(parts.port),
+                "--idle-exit",
+                str(idle_exit),
+            ],
+            cwd=Path(__file__).resolve().parents[1],
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            start_new_session=True,  # outlives the playbook that started it
+        )
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if answers(url):
+            return f"started a background mirror (pid {process.pid}) at {url}, serving {root}"
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"the background mirror for {url} did not start (port taken?); see {log}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Serve a fixture mirror on 127.0.0.1 until Ctrl-C or SIGTERM.")
     parser.add_argument("root", type=Path, help="folder to serve (e.g. .cache/mirror)")
     parser.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    parser.add_argument("--idle-exit", type=int, default=0, help="exit after this many seconds without a request")
+    parser.add_argument("--ensure", metavar="URL", default="", help="serve at URL in the background unless it answers")
     args = parser.parse_args(argv)
+    if args.ensure:
+        try:
+            print(ensure(args.root, args.ensure, args.idle_exit or 1800))
+        except (ValueError, OSError, RuntimeError) as exc:
+            print(f"mirror: {exc}", file=sys.stderr)
+            return 1
+        return 0
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     with serving(args.root, args.port) as mirror:
-        print(f"serving {mirror.root} at {mirror.base_url} (Ctrl-C to stop)", flush=True)
-        stop.wait()
+        print(f"serving {mirror.root} at {mirror.base_url} (pid {os.getpid()}; Ctrl-C to stop)", flush=True)
+        while not stop.wait(5):
+            if args.idle_exit and time.monotonic() - mirror.last_request > args.idle_exit:
+                print(f"no request for {args.idle_exit} s: stopping", flush=True)
+                break
     for path, count in sorted(mirror.counts.items()):
         print(f"{count:>5} GET {path}")
     return 0

@@ -285,6 +285,29 @@ def write_group_vars(scenario: str, group_vars: dict) -> None:
     (folder / "gpu_servers.yml").write_text(json.dumps(group_vars, indent=2) + "\n")
 
 
+# A molecule scenario run alone (`molecule test -s wheels` after `./toolkit setup`) reads the group vars
+# `./toolkit setup` wrote (or the last suite run wrote) and serves the fixture mirror at their URL itself
+# (molecule/shared/prepare.yml: `python -m testbed.mirror --ensure`). setup uses this port unless
+# MSGPU_MIRROR_PORT says another; the suite serves on a free port and rewrites the group vars.
+STANDALONE_MIRROR_PORT = 47831
+# The image molecule.yml falls back to when MSGPU_SANDBOX_IMAGE is not set (setup tags the current one).
+STANDALONE_IMAGE = "msgpu-sandbox:focal"
+
+
+def prepare_standalone(image: str) -> Path:
+    """Make every molecule scenario runnable alone: the fixtures built, each scenario's group vars written
+    for a mirror at 127.0.0.1:MSGPU_MIRROR_PORT, the sandbox image tagged STANDALONE_IMAGE, the compiler
+    cache folder there. Returns the mirror's root."""
+    root = fixtures.build_mirror()
+    port = int(os.environ.get("MSGPU_MIRROR_PORT", STANDALONE_MIRROR_PORT))
+    group_vars = sandbox_group_vars(root, fixtures.inventory_vars(root, f"http://127.0.0.1:{port}"))
+    for name in SCENARIOS:
+        write_group_vars(name, {**group_vars, **SCENARIO_VARS[name]})
+    subprocess.run(["docker", "tag", image, STANDALONE_IMAGE], check=True, capture_output=True)
+    sandbox.compiler_cache_dir()
+    return root
+
+
 # What `./toolkit test --full` adds to `./toolkit test` (CI): the test modules marked `extended`
 # (registered in pyproject.toml: tests/system/test_driver_upgrade.py, tests/system/test_serving_cpu_steps.py),
 # the costliest ones (cold DKMS builds of another driver branch) whose product paths the CI run still

@@ -86,3 +86,48 @@ def test_slow_serves_the_whole_file_at_a_limited_rate(served, tmp_path):
         assert response.read() == PAYLOAD * 16
     # 4 chunks of 4 MiB with a pause after each: the client has the last byte after the third pause.
     assert time.monotonic() - started >= 0.3
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((mirror.HOST, 0))
+        return probe.getsockname()[1]
+
+
+def test_ensure_serves_in_the_background_once_and_the_server_exits_when_idle(tmp_path: Path):
+    """A molecule scenario run alone (molecule/shared/prepare.yml): the first call starts a background mirror
+    that serves the files, the second finds it answering and starts none, and it stops once idle."""
+    import os
+    import re
+    import signal
+
+    root = tmp_path / "mirror"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "file.bin").write_bytes(PAYLOAD)
+    url = f"http://{mirror.HOST}:{_free_port()}"
+    assert not mirror.answers(url)
+    started = mirror.ensure(root, url, idle_exit=6)
+    pid = int(re.search(r"pid (\d+)", started).group(1))
+    try:
+        with urllib.request.urlopen(f"{url}/src/file.bin", timeout=10) as response:
+            assert response.read() == PAYLOAD
+        assert mirror.ensure(root, url, idle_exit=6) == f"{url} already answers"
+        # Polling the URL would keep it busy: wait for the process (this test's child) to exit instead.
+        deadline, exited = time.monotonic() + 30, False
+        while not exited and time.monotonic() < deadline:
+            exited = os.waitpid(pid, os.WNOHANG)[0] == pid
+            time.sleep(0.5)
+        assert exited, "the background mirror did not stop after 6 idle seconds"
+        assert not mirror.answers(url)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_ensure_refuses_a_url_that_is_not_on_loopback_with_a_port(tmp_path: Path):
+    with pytest.raises(ValueError, match="allowed: http://127.0.0.1:PORT"):
+        mirror.ensure(tmp_path, "http://example.org/mirror")
