@@ -712,3 +712,68 @@ def test_the_resolved_manifest_fills_the_cache_from_a_mirror(filler, stack_catal
     for artifact in pinned_artifacts(stack):
         if artifact["file"] in payloads:
             assert Path(artifact["local_path"]).read_bytes() == payloads[artifact["file"]]
+
+
+def test_tensorrt_wheels_are_cached_per_python_tag_like_mindspores(resolve, stack_catalog, catalog):
+    """The wheel method's nvidia-tensorrt wheel (~800 MB) is fetched once by the controller for the hosts'
+    Python, like MindSpore's wheel, instead of by every host from the index (and so it installs offline)."""
+    result = resolve(
+        artifact_cache_dir=CACHE_DIR,
+        tensorrt_enabled=True,
+        tensorrt_method="wheel",
+        tensorrt_version="8.4.1.5",
+        cudnn_version="8.5.0",
+        cudnn_method="wheel",
+    )
+    assert result["errors"] == []
+    stack = result["stack"]
+    wheels = stack["tensorrt"]["artifact"]["files"]
+    catalog_files = catalog["tensorrt"]["8.4.1.5"]["wheel"]["files"]
+    assert set(wheels) == set(catalog_files)
+    for tag, wheel in wheels.items():
+        assert (wheel["file"], wheel["sha256"]) == (catalog_files[tag]["file"], catalog_files[tag]["sha256"])
+        assert wheel["requirement"] == "nvidia-tensorrt==8.4.1.5"
+        assert wheel["local_path"] == f"{CACHE_DIR}/{wheel['file']}"
+    downloads = [d for d in stack["artifact_cache"]["downloads"] if d["component"] == "tensorrt"]
+    assert {d["python_tag"]: d["file"] for d in downloads} == {t: w["file"] for t, w in wheels.items()}
+    assert all(d["package"] == "nvidia-tensorrt" for d in downloads)
+    cp38 = stack_catalog.cache_manifest([stack], ["cp38"], ["tensorrt"])
+    assert [e["file"] for e in cp38] == [catalog_files["cp38"]["file"]]
+
+
+def test_a_local_artifact_without_a_pinned_sum_is_pinned_by_the_controller_copys_sha256(
+    stack_catalog, catalog, pinned, tmp_path
+):
+    """The hosts' copies must match the file the user gave: an artifact no public sum pins (TensorRT 7.2's
+    tarball) gets its controller copy's sha256; one the catalog pins keeps the catalog's sum, so a copy that
+    differs from NVIDIA's file is refused on the host."""
+    name = catalog["tensorrt"]["7.2.2.3"]["tarball"]["file"]
+    assert catalog["tensorrt"]["7.2.2.3"]["tarball"]["sha256"] is None
+    tarball = tmp_path / name
+    tarball.write_bytes(b"the user's own TensorRT tarball")
+    own_cudnn = tmp_path / TARBALL
+    own_cudnn.write_bytes(b"not NVIDIA's cuDNN tarball")
+    settings = {
+        "artifact_checksums": {k: v for k, v in pinned.items() if k != name},
+        "local_artifacts": {name: str(tarball), TARBALL: str(own_cudnn)},
+        "tensorrt_enabled": True,
+    }
+    result = stack_catalog.resolve_stack(catalog, settings)
+    assert result["errors"] == []
+    assert result["stack"]["tensorrt"]["artifact"]["sha256"] == hashlib.sha256(tarball.read_bytes()).hexdigest()
+    cudnn = result["stack"]["cudnn"]["artifact"]
+    assert cudnn["sha256"] == pinned.get(TARBALL, catalog_sha256(catalog, TARBALL))
+    assert cudnn["sha256"] != hashlib.sha256(own_cudnn.read_bytes()).hexdigest()
+    missing = stack_catalog.resolve_stack(
+        catalog, {**settings, "local_artifacts": {name: str(tmp_path / "gone.tar.gz")}}
+    )
+    assert any(e.startswith(f"stack_local_artifacts.{name}: ") for e in missing["errors"])
+
+
+def catalog_sha256(catalog, file: str) -> str:
+    """The catalog's sha256 of a cuDNN file."""
+    for entry in catalog["cudnn"].values():
+        for method in entry.values():
+            if isinstance(method, dict) and method.get("file") == file:
+                return method["sha256"]
+    raise KeyError(file)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
+import re
 import time
 import urllib.error
 import urllib.request
@@ -100,7 +102,6 @@ def test_ensure_serves_in_the_background_once_and_the_server_exits_when_idle(tmp
     """A molecule scenario run alone (molecule/shared/prepare.yml): the first call starts a background mirror
     that serves the files, the second finds it answering and starts none, and it stops once idle."""
     import os
-    import re
     import signal
 
     root = tmp_path / "mirror"
@@ -122,12 +123,10 @@ def test_ensure_serves_in_the_background_once_and_the_server_exits_when_idle(tmp
         assert exited, "the background mirror did not stop after 6 idle seconds"
         assert not mirror.answers(url)
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def test_ensure_refuses_a_url_that_is_not_on_loopback_with_a_port(tmp_path: Path):
-    with pytest.raises(ValueError, match="allowed: http://127.0.0.1:PORT"):
+    with pytest.raises(ValueError, match=re.escape("allowed: http://127.0.0.1:PORT")):
         mirror.ensure(tmp_path, "http://example.org/mirror")

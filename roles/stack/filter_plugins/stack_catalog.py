@@ -368,6 +368,8 @@ class _Resolver:
         chosen = [("cuda", "", t["artifact"]) for t in resolved["cuda"]["toolkits"]]
         chosen += [(c, "", resolved[c].get("artifact", {})) for c in ("cudnn", "nccl", "tensorrt")]
         chosen.append(("nvidia_driver", "", resolved["driver"].get("artifact", {})))
+        tensorrt_wheels = resolved.get("tensorrt", {}).get("artifact", {}).get("files", {})
+        chosen += [("tensorrt", tag, wheel) for tag, wheel in tensorrt_wheels.items()]
         chosen += [("mindspore", tag, wheel) for tag, wheel in resolved["mindspore"]["wheels"].items()]
         if resolved.get("serving", {}).get("enabled"):
             chosen += [("serving", tag, wheel) for tag, wheel in resolved["serving"]["wheels"].items()]
@@ -589,13 +591,21 @@ class _Resolver:
                 f"the stack has {resolved['cudnn']['version']}",
             )
         method = self.method("tensorrt", entry, version, stack)
+        artifact = art(entry[method]) if method in entry else {}
+        if artifact.get("files"):
+            # A wheel per Python tag, each an artifact of its own (the controller's cache fetches the hosts'
+            # ones once; stack_artifact_checksums and stack_local_artifacts name them by file).
+            artifact["files"] = {
+                tag: art({**wheel, **{k: artifact[k] for k in ("package", "version", "source") if k in artifact}})
+                for tag, wheel in artifact["files"].items()
+            }
         resolved["tensorrt"] = {
             "enabled": True,
             "required_by_serving": required_by_serving,
             "version": version,
             "method": method,
             "disk_mb": entry.get("disk_mb", 0),
-            "artifact": art(entry[method]) if method in entry else {},
+            "artifact": artifact,
         }
 
     def auto_branch(self, stack: dict[str, Any], minimum: str) -> str:
