@@ -21,6 +21,7 @@ from testbed import mirror
 from tests.conftest import ROOT, load_module
 
 FILLER = ROOT / "roles" / "stack" / "files" / "artifact_cache.py"
+MEMO = ".sha256-memo.json"  # the filler's record of the sha256s it read (artifact_cache.MEMO)
 RETRIES = 2  # every failing file is asked for 1 + RETRIES times
 RUNFILE = "cuda_11.1.0_455.23.05_linux.run"
 TARBALL = "cudnn-11.1-linux-x64-v8.0.5.39.tgz"
@@ -47,7 +48,7 @@ def sha256(data: bytes) -> str:
 
 def cache_files(cache: Path) -> list[str]:
     """Everything in the cache apart from the filler's lock and progress log."""
-    return sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.name not in (".lock", ".fetch.log"))
+    return sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.name not in (".lock", ".fetch.log", MEMO))
 
 
 def pep503_page(*links: str) -> str:
@@ -140,6 +141,27 @@ def test_a_cached_file_with_a_wrong_checksum_is_fetched_again(filler, served, ca
     assert [f["file"] for f in result["fetched"]] == [RUNFILE]
     assert (cache / RUNFILE).read_bytes() == PAYLOADS[RUNFILE]
     assert served.fetches(f"files/{RUNFILE}") == 1
+
+
+def test_an_unchanged_cache_file_is_not_read_again_a_rewritten_one_is(
+    filler, filler_module, served, cache, monkeypatch
+):
+    """Which files are present is asked on every run: a file unchanged since its sha256 was read (size, mtime,
+    inode) is not hashed again; one written since, even in place with the same size, is."""
+    entry = url_entry(served)
+    assert fill(filler, [entry], cache)["ok"] is True
+    reads: list[str] = []
+    real = filler_module.sha256_of
+    monkeypatch.setattr(filler_module, "sha256_of", lambda path: reads.append(Path(path).name) or real(path))
+    assert fill(filler, [entry], cache, offline=True)["present"] == [RUNFILE]
+    assert reads == []  # the download verified it; the memo knows it
+    damaged = bytearray(PAYLOADS[RUNFILE])
+    damaged[0] ^= 0xFF
+    (cache / RUNFILE).write_bytes(bytes(damaged))  # in place: same inode and size, a new mtime
+    result = fill(filler, [entry], cache, offline=True)
+    assert reads == [RUNFILE]
+    assert result["present"] == [] and [m["file"] for m in result["missing"]] == [RUNFILE]
+    assert fill(filler, [entry], cache)["fetched"][0]["file"] == RUNFILE
 
 
 def test_offline_lists_what_is_missing_and_fetches_nothing(filler, served, cache):

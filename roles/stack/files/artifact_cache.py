@@ -205,18 +205,59 @@ def locked(cache: Path) -> Iterator[None]:
         yield
 
 
-def present(entry: Dict[str, Any], cache: Path) -> bool:
-    target = cache / entry["dest"]
-    return target.is_file() and sha256_of(target) == entry["sha256"]
+# The sha256 of each cache file as last read, with the file's size, mtime and inode: a file unchanged since
+# then is not read again (a real CUDA runfile is 3 GB, and every run asks which files are present). Every
+# writer here renames a verified temporary file into place (a new inode and mtime), so a changed file is
+# always read again; and each host checks its copy's sha256 again before using it (roles/artifacts).
+MEMO = ".sha256-memo.json"
+
+
+def load_memo(cache: Path) -> Dict[str, List[Any]]:
+    try:
+        memo = json.loads((cache / MEMO).read_text())
+    except (OSError, ValueError):
+        return {}
+    return memo if isinstance(memo, dict) else {}
+
+
+def save_memo(cache: Path, memo: Dict[str, List[Any]]) -> None:
+    with tempfile.NamedTemporaryFile("w", dir=cache, prefix=MEMO + ".", delete=False) as out:
+        json.dump(memo, out, sort_keys=True)
+    os.replace(out.name, cache / MEMO)
+
+
+def cached_sha256(target: Path, dest: str, memo: Optional[Dict[str, List[Any]]]) -> str:
+    """The sha256 of a cache file ("" when it is not a regular file), read only when the memo does not
+    know the file as it is now."""
+    try:
+        info = target.stat()
+    except OSError:
+        return ""
+    if not target.is_file():
+        return ""
+    key = [info.st_size, info.st_mtime_ns, info.st_ino]
+    known = (memo or {}).get(dest)
+    if isinstance(known, list) and known[:3] == key and len(known) == 4:
+        return str(known[3])
+    digest = sha256_of(target)
+    if memo is not None:
+        memo[dest] = [*key, digest]
+    return digest
+
+
+def present(entry: Dict[str, Any], cache: Path, memo: Optional[Dict[str, List[Any]]] = None) -> bool:
+    return cached_sha256(cache / entry["dest"], entry["dest"], memo) == entry["sha256"]
 
 
 def fill(manifest: List[Dict[str, Any]], cache: Path, offline: bool, retries: int, delay: float, timeout: float):
     result: Dict[str, Any] = {"cache": str(cache), "present": [], "fetched": [], "missing": [], "failed": []}
     started = time.monotonic()
     with locked(cache):
+        memo = load_memo(cache)
+        known = json.dumps(memo, sort_keys=True)
         todo = []
         for entry in manifest:
-            if present(entry, cache):
+            if present(entry, cache, memo):
                 result["present"].append(entry["file"])
             elif offline:
                 missing = {"file": entry["file"], "component": entry["component"], "from": source_of(entry)}
@@ -230,6 +271,11 @@ def fill(manifest: List[Dict[str, Any]], cache: Path, offline: bool, retries: in
                 result["fetched"].append(fetch_one(entry, cache, retries, delay, timeout))
             except FetchError as exc:
                 result["failed"].append({"file": entry["file"], "component": entry["component"], "error": str(exc)})
+            else:  # its sha256 was checked while it downloaded, before the rename
+                info = (cache / entry["dest"]).stat()
+                memo[entry["dest"]] = [info.st_size, info.st_mtime_ns, info.st_ino, entry["sha256"]]
+        if json.dumps(memo, sort_keys=True) != known:
+            save_memo(cache, memo)
     result["bytes_fetched"] = sum(item["bytes"] for item in result["fetched"])
     result["seconds"] = round(time.monotonic() - started, 2)
     result["ok"] = not result["missing"] and not result["failed"]
