@@ -63,12 +63,7 @@ def deb_of(packages: list[dict[str, str]], name: str, version: str | None = None
     return matches[0]
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as data:
-        for block in iter(lambda: data.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+sha256 = fixtures.sha256_file
 
 
 def catalog_packages() -> set[tuple[str, str | None]]:
