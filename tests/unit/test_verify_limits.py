@@ -58,23 +58,36 @@ def role_facts() -> Dict[str, Any]:
     return {**first["ansible.builtin.set_fact"], **yaml.safe_load((ROLE / "vars" / "main.yml").read_text())}
 
 
+def shared(stack: Dict[str, Any]) -> Dict[str, Any]:
+    """stack_resolved.shared as the stack role publishes it (roles/stack/vars/main.yml) for `stack`."""
+    stack_role = ROOT / "roles" / "stack"
+    variables = {
+        **yaml.safe_load((stack_role / "defaults" / "main.yml").read_text()),
+        **yaml.safe_load((stack_role / "vars" / "main.yml").read_text()),
+        "__stack_result": {"stack": stack},
+        "role_path": str(stack_role),
+    }
+    return Templar(loader=DataLoader(), variables=trust(variables)).template(trust(variables["__stack_shared"]))
+
+
 def templar(**settings: Any) -> Templar:
     no_gpu = settings.pop("no_gpu", False)
     variables: Dict[str, Any] = dict(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()))
     variables.update(role_facts())
+    stack = {
+        "name": "ms151",
+        "no_gpu": no_gpu,
+        "mindspore": {"version": "1.5.1"},
+        "cuda": {"version": "11.1"},
+        "cudnn": {"version": "8.0.5", "major": 8},
+        "serving": {"enabled": True},
+        "mnist": {},
+    }
     variables.update(
         playbook_dir=str(ROOT / "playbooks"),
         role_path=str(ROLE),
         inventory_hostname="gpu01",
-        stack_resolved={
-            "name": "ms151",
-            "no_gpu": no_gpu,
-            "mindspore": {"version": "1.5.1"},
-            "cuda": {"version": "11.1"},
-            "cudnn": {"version": "8.0.5", "major": 8},
-            "serving": {"enabled": True},
-            "mnist": {},
-        },
+        stack_resolved={**stack, "shared": shared(stack)},
         stack_host={"gpus": [] if no_gpu else [{"name": "NVIDIA GeForce RTX 3090"}]},
         verify_serving=True,
     )
