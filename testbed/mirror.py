@@ -19,7 +19,8 @@ test can interrupt a download while it runs).
     python -m testbed.mirror .cache/mirror --port 8000   # serve in the foreground (debugging)
     python -m testbed.mirror .cache/mirror --ensure http://127.0.0.1:8000
         # serve in the background unless that URL already answers (a molecule scenario run alone:
-        # molecule/shared/prepare.yml); the background server exits after 30 idle minutes
+        # molecule/common/prepare.yml); the background server exits after --idle-exit seconds without a
+        # request (30 minutes unless given)
 """
 
 from __future__ import annotations

@@ -278,16 +278,19 @@ def seed_mnist(cache: Path) -> None:
             shutil.copy(path, cache / "mnist" / path.name)
 
 
-def write_group_vars(scenario: str, group_vars: dict) -> None:
-    """Molecule scenarios link their group_vars to .cache/molecule/<scenario>/group_vars."""
+def write_group_vars(scenario: str, group_vars: dict) -> dict:
+    """The scenario's settings (the sandbox hosts' group vars and SCENARIO_VARS), written where its molecule.yml
+    links its group_vars (.cache/molecule/<scenario>/group_vars); returns them."""
+    settings = {**group_vars, **SCENARIO_VARS[scenario]}
     folder = MOLECULE_VARS / scenario / "group_vars"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "gpu_servers.yml").write_text(json.dumps(group_vars, indent=2) + "\n")
+    (folder / "gpu_servers.yml").write_text(json.dumps(settings, indent=2) + "\n")
+    return settings
 
 
 # A molecule scenario run alone (`molecule test -s wheels` after `./toolkit setup`) reads the group vars
 # `./toolkit setup` wrote (or the last suite run wrote) and serves the fixture mirror at their URL itself
-# (molecule/shared/prepare.yml: `python -m testbed.mirror --ensure`). setup uses this port unless
+# (molecule/common/prepare.yml: `python -m testbed.mirror --ensure`). setup uses this port unless
 # MSGPU_MIRROR_PORT says another; the suite serves on a free port and rewrites the group vars.
 STANDALONE_MIRROR_PORT = 47831
 # The image molecule.yml falls back to when MSGPU_SANDBOX_IMAGE is not set (setup tags the current one).
@@ -302,7 +305,7 @@ def prepare_standalone(image: str) -> Path:
     port = int(os.environ.get("MSGPU_MIRROR_PORT", STANDALONE_MIRROR_PORT))
     group_vars = sandbox_group_vars(root, fixtures.inventory_vars(root, f"http://127.0.0.1:{port}"))
     for name in SCENARIOS:
-        write_group_vars(name, {**group_vars, **SCENARIO_VARS[name]})
+        write_group_vars(name, group_vars)
     subprocess.run(["docker", "tag", image, STANDALONE_IMAGE], check=True, capture_output=True)
     sandbox.compiler_cache_dir()
     return root
@@ -330,8 +333,7 @@ def scenario_stage(name: str, group_vars: dict, env: dict[str, str], full: bool 
     install methods (tests/methods). `--destroy never` also skips the sequence's first destroy, so
     leftovers of an interrupted run are removed first."""
     what = SCENARIOS[name]
-    settings = {**group_vars, **SCENARIO_VARS[name]}
-    write_group_vars(name, settings)
+    settings = write_group_vars(name, group_vars)
     if name == VERIFY_SCENARIO:
         # The host's own settings (the scenario's too: TensorRT is on there), so a site.yml run through this
         # inventory (tests/system/test_driver_upgrade.py) converges the same stack.

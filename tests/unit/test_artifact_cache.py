@@ -739,22 +739,20 @@ def test_the_resolved_manifest_fills_the_cache_from_a_mirror(filler, stack_catal
 def test_tensorrt_wheels_are_cached_per_python_tag_like_mindspores(resolve, stack_catalog, catalog):
     """The wheel method's nvidia-tensorrt wheel (~800 MB) is fetched once by the controller for the hosts'
     Python, like MindSpore's wheel, instead of by every host from the index (and so it installs offline)."""
+    # A catalog TensorRT with the wheel method that fits the default stack's CUDA.
+    cuda = catalog["stacks"][catalog["default_stack"]]["cuda"]
+    version = next(v for v, e in catalog["tensorrt"].items() if "wheel" in e and cuda in e["cuda"])
     result = resolve(
-        artifact_cache_dir=CACHE_DIR,
-        tensorrt_enabled=True,
-        tensorrt_method="wheel",
-        tensorrt_version="8.4.1.5",
-        cudnn_version="8.5.0",
-        cudnn_method="wheel",
+        artifact_cache_dir=CACHE_DIR, tensorrt_enabled=True, tensorrt_method="wheel", tensorrt_version=version
     )
     assert result["errors"] == []
     stack = result["stack"]
     wheels = stack["tensorrt"]["artifact"]["files"]
-    catalog_files = catalog["tensorrt"]["8.4.1.5"]["wheel"]["files"]
+    catalog_files = catalog["tensorrt"][version]["wheel"]["files"]
     assert set(wheels) == set(catalog_files)
     for tag, wheel in wheels.items():
         assert (wheel["file"], wheel["sha256"]) == (catalog_files[tag]["file"], catalog_files[tag]["sha256"])
-        assert wheel["requirement"] == "nvidia-tensorrt==8.4.1.5"
+        assert wheel["requirement"] == f"{catalog['tensorrt'][version]['wheel']['package']}=={version}"
         assert wheel["local_path"] == f"{CACHE_DIR}/{wheel['file']}"
     downloads = [d for d in stack["artifact_cache"]["downloads"] if d["component"] == "tensorrt"]
     assert {d["python_tag"]: d["file"] for d in downloads} == {t: w["file"] for t, w in wheels.items()}
@@ -769,8 +767,10 @@ def test_a_local_artifact_without_a_pinned_sum_is_pinned_by_the_controller_copys
     """The hosts' copies must match the file the user gave: an artifact no public sum pins (TensorRT 7.2's
     tarball) gets its controller copy's sha256; one the catalog pins keeps the catalog's sum, so a copy that
     differs from NVIDIA's file is refused on the host."""
-    name = catalog["tensorrt"]["7.2.2.3"]["tarball"]["file"]
-    assert catalog["tensorrt"]["7.2.2.3"]["tarball"]["sha256"] is None
+    # The default stack's TensorRT tarball, which no public sum pins.
+    tarball_entry = catalog["tensorrt"][catalog["stacks"][catalog["default_stack"]]["tensorrt"]]["tarball"]
+    name = tarball_entry["file"]
+    assert tarball_entry["sha256"] is None
     tarball = tmp_path / name
     tarball.write_bytes(b"the user's own TensorRT tarball")
     own_cudnn = tmp_path / TARBALL

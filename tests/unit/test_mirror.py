@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
+import os
 import re
+import signal
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -91,19 +94,14 @@ def test_slow_serves_the_whole_file_at_a_limited_rate(served, tmp_path):
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as probe:
         probe.bind((mirror.HOST, 0))
         return probe.getsockname()[1]
 
 
 def test_ensure_serves_in_the_background_once_and_the_server_exits_when_idle(tmp_path: Path):
-    """A molecule scenario run alone (molecule/shared/prepare.yml): the first call starts a background mirror
+    """A molecule scenario run alone (molecule/common/prepare.yml): the first call starts a background mirror
     that serves the files, the second finds it answering and starts none, and it stops once idle."""
-    import os
-    import signal
-
     root = tmp_path / "mirror"
     (root / "src").mkdir(parents=True)
     (root / "src" / "file.bin").write_bytes(PAYLOAD)
