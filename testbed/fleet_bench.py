@@ -4,7 +4,8 @@ On sandbox containers of the fleet network (testbed/fleet.py), NVIDIA's files se
 loopback mirror (standing in for upstream), it measures:
   1. bytes fetched from upstream to converge 1 host, and to converge 4 hosts (each from an empty cache);
   2. wall time to converge 1 fresh host and 4 fresh hosts from a warm cache (4 hosts in parallel);
-  3. the idempotent re-run on a converged host (seconds, changed count).
+  3. the idempotent re-run of the converged hosts, 1 and 4 (seconds, changed count; the 4-vs-1 ratio is the
+     controller's per-host overhead).
 By default the run covers the parts that come from NVIDIA's servers plus OpenMPI (preflight, cuda, cudnn,
 nccl, openmpi); `full` runs the whole site.yml (a real DKMS build and the MindSpore venv per host: on a
 2-core machine that takes an hour). Prints the numbers and writes them as JSON.
@@ -64,9 +65,13 @@ def run(out: Path, full: bool = False, group_vars_for=None) -> dict:
             seconds, _, _ = _converge(inventory, tags)
             row = {"hosts": len(hosts), "seconds": round(seconds, 1), "bytes_upstream": served.bytes_sent}
             row["requests_upstream"] = sum(served.counts.values())
-            if name == "warm-1":
+            if name.startswith("warm-"):
+                # The idempotent re-run of the same hosts: what the controller spends per host once nothing
+                # is left to do (issue 16's "4 hosts vs 1" benchmark).
                 rerun, rerun_recap, _ = _converge(inventory, tags)
-                results["idempotent_rerun"] = {"seconds": round(rerun, 1), "changed": sum(rerun_recap.values())}
+                row["idempotent_rerun"] = {"seconds": round(rerun, 1), "changed": sum(rerun_recap.values())}
+                if name == "warm-1":
+                    results["idempotent_rerun"] = row["idempotent_rerun"]
         print(f"[bench --fleet] {name}: {row}", flush=True)
         return row
 
@@ -81,8 +86,13 @@ def run(out: Path, full: bool = False, group_vars_for=None) -> dict:
         results["cold-4"]["bytes_upstream"] / max(results["cold-1"]["bytes_upstream"], 1), 3
     )
     results["time_ratio_4_vs_1_warm"] = round(results["warm-4"]["seconds"] / results["warm-1"]["seconds"], 2)
+    results["rerun_ratio_4_vs_1"] = round(
+        results["warm-4"]["idempotent_rerun"]["seconds"] / results["warm-1"]["idempotent_rerun"]["seconds"], 2
+    )
     results["goals"] = {
         "time_ratio_4_vs_1_warm <= 1.5": results["time_ratio_4_vs_1_warm"] <= 1.5,
+        "rerun_ratio_4_vs_1 <= 1.5, changed=0": results["rerun_ratio_4_vs_1"] <= 1.5
+        and results["warm-4"]["idempotent_rerun"]["changed"] == 0,
         "bytes_ratio_4_vs_1 == 1": results["bytes_ratio_4_vs_1"] == 1.0,
         "idempotent_rerun <= 60 s, changed=0": results["idempotent_rerun"]["seconds"] <= 60
         and results["idempotent_rerun"]["changed"] == 0,
