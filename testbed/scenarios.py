@@ -426,10 +426,11 @@ def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full
     only the molecule scenario `scenario`."""
     if scenario:
         return [scenario_stage(scenario, group_vars, env, full)]
-    # Longest first (as measured), so that the two lanes end close together, with one exception: the first
-    # DKMS build of the NVIDIA module (molecule default's converge) runs beside a stage that builds none
-    # (the fleet's), so the compiler cache holds its objects before the fault stage and the later scenarios
-    # build the same module (two cold builds side by side both miss). The unit tests fill the gap at the end.
+    # Longest first (as measured), so that the two lanes end close together, except that the fleet stage (no
+    # DKMS build) runs beside molecule default's first build of the NVIDIA module. Measured on 2 cores
+    # (2026-12-02): the compiler cache's hit rate stayed at 41 % (most misses are DKMS conftest compiles,
+    # which no order makes cacheable) and the suite's wall time did not change. The unit tests fill the gap
+    # at the end.
     molecule = {name: scenario_stage(name, group_vars, env, full) for name in SCENARIOS}
     stages = [
         molecule[VERIFY_SCENARIO],
