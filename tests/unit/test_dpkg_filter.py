@@ -17,6 +17,7 @@ USERS = [
     "roles/nvidia_driver/tasks/present.yml",
     "roles/nvidia_driver/tasks/other_branches.yml",
     "roles/nvidia_driver/tasks/module_source.yml",
+    "roles/nvidia_driver/tasks/install_runfile.yml",
     "roles/cuda/tasks/cuda_repo.yml",
     "roles/cuda_library/tasks/cuda_repo.yml",
 ]

@@ -125,7 +125,7 @@ def test_cuda_repo_metapackage_and_its_driver_packages_are_held(host, stack, sub
                 assert selection(host, dependency) == (dependency, "hold")
 
 
-def test_runfile_install_is_complete(host, stack):
+def test_runfile_install_is_complete(host, host_vars, stack):
     """The marker (written last) holds the sha256 of the runfile that was installed."""
     method_is(stack, "runfile")
     marker = host.file(RUNFILE_MARKER)
@@ -134,6 +134,10 @@ def test_runfile_install_is_complete(host, stack):
     assert re.fullmatch(pinned or "[0-9a-f]{64}", marker.content_string.strip())
     assert host.file("/usr/bin/nvidia-uninstall").exists
     assert "nvidia-installer log file" in host.file("/var/log/nvidia-installer.log").content_string
+    # Once the marker is written the host keeps no copy of the runfile (the role removes it).
+    folder = host_vars.get("nvidia_driver_artifact_dir", "/var/cache/msgpu/artifacts")
+    runfile = f"{folder}/{stack['driver']['artifact']['file']}"
+    assert not host.file(runfile).exists, f"{runfile}: the installed runfile is still on the host"
 
 
 def test_runfile_install_has_no_driver_package(host, stack):
