@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
-import subprocess
 import sys
 import threading
 import time
@@ -21,7 +20,6 @@ from cli import local
 from cli.common import (
     RESULTS,
     ROOT,
-    VENV_BIN,
     command,
     env,
     playbook_args,
@@ -40,7 +38,8 @@ REAL_HOSTS = "Inventory of real hosts; without it the local sandbox host (./tool
         "limit": "Ansible --limit pattern.",
         "check": "Dry run: ansible-playbook --check --diff.",
         "extra": 'Extra ansible-playbook arguments, e.g. "-e stack_cudnn_method=wheel".',
-        "batch": "Rolling mode: provision this many hosts at a time, stop at the first failed batch (0: all at once).",
+        "batch": "Rolling mode: each component goes to this many hosts at a time, the first failed host stops the run "
+        "(0: all at once).",
     }
 )
 def provision(
@@ -49,17 +48,27 @@ def provision(
     """Provision the GPU stack with playbooks/site.yml (a local sandbox host when no inventory is given)."""
     if batch < 0:
         raise Exit(f"--batch: '{batch}' is not allowed; allowed: 0 (all hosts at once) or a positive number", code=2)
-    options = (["--limit", limit] if limit and not batch else []) + (["--check", "--diff"] if check else [])
+    options = (["--limit", limit] if limit else []) + (["--check", "--diff"] if check else [])
+    # Rolling runs are Ansible's own: serial and max_fail_percentage in the component plays (stack_serial).
+    options += ["-e", f"stack_serial={batch}"] if batch else []
 
     def site(target: str) -> str:
         return command(["ansible-playbook", "-i", target, "playbooks/site.yml", *options], extra)
 
     if inventory:
         target = user_inventory(inventory)
-        if batch:
-            _rolling(c, site(target), target, limit, batch, extra)
-        else:
-            run(c, site(target), what="ansible-playbook site.yml")
+        what = f"ansible-playbook site.yml, {batch} hosts at a time" if batch else "ansible-playbook site.yml"
+        try:
+            run(c, site(target), what=what)
+        except Exit as exc:
+            if not batch:
+                raise
+            raise Exit(
+                f"{exc.message}\nRolling run stopped at the first failed or unreachable host (the recap names it): "
+                f"the component it failed in reached no host of a later batch, and no later component started. "
+                "Fix the host, then run again (finished hosts re-run with no changes).",
+                code=1,
+            ) from exc
         return
     from testbed.scenarios import SANDBOX_HOST  # no inventory: the test bed's sandbox host
 
@@ -68,46 +77,6 @@ def provision(
     with local.fixture_mirror() as group_vars:
         run(c, site(str(local.sandbox_up(group_vars))), what="ansible-playbook site.yml")
     print("Done. Look around with: ./toolkit sandbox shell   (then: source /etc/msgpu/env/cuda-*.sh; nvcc --version)")
-
-
-def _fleet_hosts(inventory: str, limit: str) -> list[str]:
-    """The inventory's hosts of the provisioned group (gpu_servers), in inventory order, within --limit."""
-    args = [str(VENV_BIN / "ansible"), "-i", inventory, "gpu_servers", "--list-hosts"]
-    if limit:
-        args += ["--limit", limit]
-    result = subprocess.run(args, capture_output=True, text=True, env=env(), cwd=ROOT)
-    if result.returncode != 0:
-        raise Exit(f"could not list the hosts of {inventory}: {result.stderr.strip()[-500:]}", code=2)
-    return [line.strip() for line in result.stdout.splitlines()[1:] if line.strip()]
-
-
-def _rolling(c: Context, cmd: str, inventory: str, limit: str, batch: int, extra: str) -> None:
-    """Run site.yml on `batch` hosts at a time; stop at the first batch with a failed or unreachable host.
-
-    OpenMPI's cluster settings (hostfile, SSH trust between hosts) describe the whole fleet, not a
-    batch: the batches skip the openmpi tag, and one openmpi.yml run over every host follows them.
-    """
-    hosts = _fleet_hosts(inventory, limit)
-    batches = [hosts[i : i + batch] for i in range(0, len(hosts), batch)]
-    for number, group in enumerate(batches, 1):
-        try:
-            run(
-                c,
-                f"{cmd} --skip-tags openmpi --limit {shlex.quote(','.join(group))}",
-                what=f"batch {number}/{len(batches)}: {', '.join(group)}",
-            )
-        except Exit as exc:
-            untouched = [h for later in batches[number:] for h in later]
-            raise Exit(
-                f"{exc.message}\nRolling run stopped at batch {number} of {len(batches)} ({', '.join(group)}); "
-                f"not started: {', '.join(untouched) or 'none'}. Fix the host, then run again (finished hosts re-run "
-                "with no changes).",
-                code=1,
-            ) from exc
-    if "--tags" not in extra or "openmpi" in extra:
-        openmpi = ["ansible-playbook", "-i", inventory, "playbooks/openmpi.yml", "--limit", ",".join(hosts)]
-        run(c, command(openmpi), what=f"OpenMPI for the whole fleet ({len(hosts)} hosts)")
-    print(f"Rolling run: {len(hosts)} hosts in {len(batches)} batches of up to {batch}, all finished.")
 
 
 # Each component's playbook (its tag) and the variable that sets its role's state; `uninstall` sets

@@ -53,10 +53,11 @@ class Fleet:
     folder: Path
     stopped: set[str] = field(default_factory=set)
 
-    def inventory(self, hosts: list[str] | None = None, **extra_vars) -> Path:
+    def inventory(self, hosts: list[str] | None = None, host_vars: dict | None = None, **extra_vars) -> Path:
         chosen = hosts or self.hosts
-        path = self.folder / f"inventory-{len(chosen)}-{abs(hash((tuple(chosen), repr(extra_vars))))}.yml"
-        return sandbox.write_inventory(path, chosen, {**self.group_vars, **extra_vars}, down=self.stopped)
+        key = abs(hash((tuple(chosen), repr(extra_vars), repr(host_vars))))
+        path = self.folder / f"inventory-{len(chosen)}-{key}.yml"
+        return sandbox.write_inventory(path, chosen, {**self.group_vars, **extra_vars}, host_vars, down=self.stopped)
 
     def playbook(
         self, playbook: str, inventory: Path, extra_vars: dict | None = None, args: list[str] | None = None

@@ -5,6 +5,7 @@ hosts need it, and a rolling re-run that fetches and changes nothing."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import yaml
 from testbed import scenarios
 from tests.integration.conftest import FINGERPRINT
 
-from .conftest import RECAP, ROOT, Fleet
+from .conftest import PREFIX, RECAP, ROOT, Fleet, PlaybookRun
 
 CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
 STACK = CATALOG["stacks"][CATALOG["default_stack"]]
@@ -96,21 +97,33 @@ def test_fleet_converges_in_parallel_with_one_host_unreachable(fleet: Fleet):
     print(f"\nfleet converge (3 reachable hosts + 1 down): {result.seconds:.0f} s; mirror: {fleet.served.counts}")
 
 
-def test_rolling_rerun_fetches_nothing_and_changes_nothing(fleet: Fleet):
-    """The three converged hosts again, two at a time (./toolkit provision --batch 2): two batches, then
-    OpenMPI's fleet-wide settings once for all three; every host changed=0 in every run, and not one more
-    request reached upstream."""
-    counts = dict(fleet.served.counts)
-    inventory = fleet.inventory(fleet.reachable)
+def plays(output: str) -> list[tuple[str, set[str]]]:
+    """Each play the run started, in order (a play in batches once per batch), with the fleet hosts its
+    tasks ran on (empty: the header only, no host left)."""
+    parts = re.split(r"^PLAY \[(.+?)\] \**$", output, flags=re.M)
+    host = re.compile(rf"(?:\[|, | for )({re.escape(PREFIX)}-\d+)\b")
+    return [(name, set(host.findall(body))) for name, body in zip(parts[1::2], parts[2::2])]
+
+
+def rolling(fleet: Fleet, inventory: Path, batch: int) -> PlaybookRun:
     toolkit = [str(Path(sys.prefix) / "bin" / "invoke"), "-r", str(ROOT), "provision", "-i", str(inventory)]
-    result = fleet.run([*toolkit, "--batch", "2", "--extra", " ".join(TAGS)])
+    return fleet.run([*toolkit, "--batch", str(batch), "--extra", " ".join(TAGS)])
+
+
+def test_rolling_rerun_fetches_nothing_and_changes_nothing(fleet: Fleet):
+    """The three converged hosts again, two at a time (./toolkit provision --batch 2: Ansible's serial): NCCL's
+    play runs on the first two hosts, then on the third; OpenMPI's fleet-wide settings once for all three;
+    every host changed=0, and not one more request reached upstream."""
+    counts = dict(fleet.served.counts)
+    result = rolling(fleet, fleet.inventory(fleet.reachable), 2)
     assert result.rc == 0, result.output[-4000:]
-    assert "batch 1/2" in result.output and "batch 2/2" in result.output
-    assert "OpenMPI for the whole fleet (3 hosts)" in result.output
-    assert "Rolling run: 3 hosts in 2 batches of up to 2, all finished." in result.output
-    rows = RECAP.findall(result.output)  # three runs: two batches, then OpenMPI for all
-    assert sorted({host for host, *_ in rows}) == sorted(fleet.reachable)
-    assert len(rows) == 2 + 1 + 3, rows
+    assert "site.yml, 2 hosts at a time" in result.output
+    started = plays(result.output)
+    batches = [hosts for name, hosts in started if name == "NVIDIA NCCL"]
+    assert batches == [set(fleet.reachable[:2]), set(fleet.reachable[2:])], started
+    assert [hosts for name, hosts in started if name == "OpenMPI"] == [set(fleet.reachable)], started
+    rows = RECAP.findall(result.output)  # one run: one recap
+    assert sorted(host for host, *_ in rows) == sorted(fleet.reachable), rows
     assert all(changed == unreachable == failed == "0" for _, changed, unreachable, failed in rows), result.output[
         -4000:
     ]
@@ -123,23 +136,38 @@ def test_rolling_rerun_fetches_nothing_and_changes_nothing(fleet: Fleet):
 
 
 def test_rolling_run_stops_at_a_failed_batch(fleet: Fleet):
-    """--batch 2 with the powered-off host in the first batch: that batch fails, the run stops there and names
-    the hosts it never started, which no play touched (no recap row, no OpenMPI pass); nothing more from
-    upstream."""
-    (down,) = fleet.stopped
-    first, *rest = fleet.reachable
+    """--batch 2 where the first host fails in NCCL's play (its NCCL is checked against a version it does
+    not have): the run stops after that batch. NCCL's play never reaches the third host, OpenMPI's never
+    starts, the exit status and the message say why, and nothing more came from upstream."""
+    first, second, third = fleet.reachable
     counts = dict(fleet.served.counts)
-    inventory = fleet.inventory([down, *fleet.reachable])
-    toolkit = [str(Path(sys.prefix) / "bin" / "invoke"), "-r", str(ROOT), "provision", "-i", str(inventory)]
-    result = fleet.run([*toolkit, "--batch", "2", "--extra", " ".join(TAGS)])
+    inventory = fleet.inventory(fleet.reachable, host_vars={first: {"nccl_expected_version": "1"}})
+    result = rolling(fleet, inventory, 2)
     flat = " ".join(result.output.split())
     assert result.rc != 0, flat[-4000:]
-    assert (
-        f"Rolling run stopped at batch 1 of 2 ({down}, {first}); not started: {', '.join(rest)}. Fix the host, "
-        "then run again" in flat
-    ), flat[-4000:]
-    assert "batch 2/2" not in result.output and "OpenMPI for the whole fleet" not in result.output
-    assert sorted({host for host, *_ in RECAP.findall(result.output)}) == sorted([down, first]), result.output[-4000:]
+    assert "returned '" in flat and "expected 1 (nccl_expected_version" in flat, flat[-4000:]
+    assert "Rolling run stopped at the first failed or unreachable host" in flat, flat[-4000:]
+    started = plays(result.output)
+    assert [hosts for name, hosts in started if name == "NVIDIA NCCL"] == [{first, second}], started
+    assert not [name for name, hosts in started if name == "OpenMPI" and hosts], started
+    recap = result.recap()
+    assert recap[first]["failed"] == 1 and recap[second]["failed"] == recap[third]["failed"] == 0, recap
+    assert fleet.served.counts == counts
+
+
+def test_rolling_run_with_a_host_down_changes_no_host(fleet: Fleet):
+    """--batch 2 with the powered-off host in the last batch: the preflight finds it unreachable and the
+    rolling run stops there, before any component's play reaches any host; the message names the host."""
+    (down,) = fleet.stopped
+    counts = dict(fleet.served.counts)
+    result = rolling(fleet, fleet.inventory([*fleet.reachable, down]), 2)
+    flat = " ".join(result.output.split())
+    assert result.rc != 0, flat[-4000:]
+    assert f"Rolling run (stack_serial 2): {down} failed the preflight or could not be reached" in flat, flat[-4000:]
+    started = plays(result.output)
+    components = {"NVIDIA NCCL", "OpenMPI", "NVIDIA driver", "CUDA toolkits"}
+    assert not [(name, hosts) for name, hosts in started if name in components and hosts], started
+    assert result.recap()[down]["unreachable"] == 1, result.output[-4000:]
     assert fleet.served.counts == counts
 
 

@@ -1,0 +1,97 @@
+"""Rolling runs are Ansible's own (stack_serial; ./toolkit provision --batch N): every play of site.yml that
+changes hosts carries the same serial and max_fail_percentage, OpenMPI's fleet-wide play only the latter,
+and no play templates any_errors_fatal (Ansible reads that keyword's text, so a template is always true).
+The keywords are then run as written, by ansible-playbook on three local hosts: in batches the first
+failed host stops the run; without stack_serial the other hosts finish. The fleet tests do the same on
+real containers with the real playbooks (tests/fleet/test_fleet.py::test_rolling_*)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = ROOT / "playbooks"
+SERIAL = "{{ stack_serial | default(0) | int }}"
+MAX_FAIL = "{{ 0 if (stack_serial | default(0) | int) > 0 else 100 }}"
+# The plays of site.yml that only read (preflight, the summary) or touch the whole fleet at once.
+FLEET_WIDE = {"OpenMPI"}
+
+
+def site_plays() -> list[dict]:
+    out = []
+    for entry in yaml.safe_load((PLAYBOOKS / "site.yml").read_text()):
+        out += yaml.safe_load((PLAYBOOKS / entry["ansible.builtin.import_playbook"]).read_text())
+    return out
+
+
+def test_every_play_that_changes_hosts_goes_in_batches():
+    changing = [play for play in site_plays() if play.get("become")]
+    assert {play["name"] for play in changing} >= {"NVIDIA driver", "CUDA toolkits", "MindSpore virtualenv", "OpenMPI"}
+    for play in changing:
+        assert play.get("max_fail_percentage") == MAX_FAIL, play["name"]
+        assert play.get("serial") == (None if play["name"] in FLEET_WIDE else SERIAL), play["name"]
+    validate = [play for play in site_plays() if play["name"] == "Validate the configuration against the stack catalog"]
+    assert validate and validate[0]["serial"] == SERIAL  # where the stack_serial check sees the batch
+
+
+@pytest.mark.parametrize("path", sorted(PLAYBOOKS.glob("*.yml")), ids=lambda p: p.name)
+def test_no_play_templates_any_errors_fatal(path):
+    for play in yaml.safe_load(path.read_text()) or []:
+        assert play.get("any_errors_fatal", False) in (True, False), (path.name, play.get("name"))
+
+
+def run(tmp_path: Path, serial: int, fail: str) -> tuple[int, list[tuple[str, list[str]]]]:
+    """Two plays with site.yml's keywords on h1..h3 (local); `fail` fails in the first. Returns the exit status
+    and, per play started, the hosts it ran on."""
+    hosts = {
+        h: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable} for h in ("h1", "h2", "h3")
+    }
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_servers": {"hosts": hosts}}}}))
+    play = {"hosts": "gpu_servers", "gather_facts": False, "serial": SERIAL, "max_fail_percentage": MAX_FAIL}
+    step = {"name": "step", "ansible.builtin.debug": {"msg": "ran"}}
+    broken = {"name": "break", "ansible.builtin.fail": {"msg": "broken"}, "when": f"inventory_hostname == '{fail}'"}
+    playbook = tmp_path / "site.yml"
+    playbook.write_text(
+        yaml.safe_dump([{**play, "name": "one", "tasks": [step, broken]}, {**play, "name": "two", "tasks": [step]}])
+    )
+    extra = ["-e", f"stack_serial={serial}"] if serial else []
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    parts = re.split(r"^PLAY \[(.+?)\] \**$", result.stdout, flags=re.M)
+    started = [
+        (name, sorted(set(re.findall(r"^ok: \[(h\d)\]", body, re.M)))) for name, body in zip(parts[1::2], parts[2::2])
+    ]
+    return result.returncode, started
+
+
+def test_in_batches_the_first_failed_host_stops_the_run(tmp_path):
+    rc, started = run(tmp_path, serial=2, fail="h1")
+    assert rc != 0
+    assert started == [("one", ["h1", "h2"])], started  # neither h3 nor the second play
+
+
+def test_batches_follow_the_inventory(tmp_path):
+    rc, started = run(tmp_path, serial=2, fail="")
+    assert rc == 0
+    assert started == [("one", ["h1", "h2"]), ("one", ["h3"]), ("two", ["h1", "h2"]), ("two", ["h3"])], started
+
+
+def test_without_batches_a_failed_host_drops_out_and_the_others_finish(tmp_path):
+    rc, started = run(tmp_path, serial=0, fail="h1")
+    assert rc != 0
+    assert started == [("one", ["h1", "h2", "h3"]), ("two", ["h2", "h3"])], started
