@@ -48,14 +48,20 @@ def test_no_play_templates_any_errors_fatal(path):
         assert play.get("any_errors_fatal", False) in (True, False), (path.name, play.get("name"))
 
 
-def run(tmp_path: Path, serial: int, fail: str) -> tuple[int, list[tuple[str, list[str]]]]:
-    """Two plays with site.yml's keywords on h1..h3 (local); `fail` fails in the first. Returns the exit status
-    and, per play started, the hosts it ran on."""
-    hosts = {
-        h: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable} for h in ("h1", "h2", "h3")
-    }
+def ansible(tmp_path: Path, playbook: Path, group_vars: dict, extra: list[str]) -> subprocess.CompletedProcess:
+    """ansible-playbook with the project's ansible.cfg on three local hosts h1..h3 in gpu_servers."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    group = {"hosts": {h: local for h in ("h1", "h2", "h3")}, "vars": group_vars}
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text(json.dumps({"all": {"children": {"gpu_servers": {"hosts": hosts}}}}))
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_servers": group}}}))
+    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook), *extra]
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+def run(tmp_path: Path, serial: int, fail: str) -> tuple[int, list[tuple[str, list[str]]]]:
+    """Two plays with site.yml's keywords; `fail` fails in the first. Returns the exit status and, per play
+    started, the hosts it ran on."""
     play = {"hosts": "gpu_servers", "gather_facts": False, "serial": SERIAL, "max_fail_percentage": MAX_FAIL}
     step = {"name": "step", "ansible.builtin.debug": {"msg": "ran"}}
     broken = {"name": "break", "ansible.builtin.fail": {"msg": "broken"}, "when": f"inventory_hostname == '{fail}'"}
@@ -63,15 +69,7 @@ def run(tmp_path: Path, serial: int, fail: str) -> tuple[int, list[tuple[str, li
     playbook.write_text(
         yaml.safe_dump([{**play, "name": "one", "tasks": [step, broken]}, {**play, "name": "two", "tasks": [step]}])
     )
-    extra = ["-e", f"stack_serial={serial}"] if serial else []
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook), *extra],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
+    result = ansible(tmp_path, playbook, {}, ["-e", f"stack_serial={serial}"] if serial else [])
     parts = re.split(r"^PLAY \[(.+?)\] \**$", result.stdout, flags=re.M)
     started = [
         (name, sorted(set(re.findall(r"^ok: \[(h\d)\]", body, re.M)))) for name, body in zip(parts[1::2], parts[2::2])
@@ -95,3 +93,21 @@ def test_without_batches_a_failed_host_drops_out_and_the_others_finish(tmp_path)
     rc, started = run(tmp_path, serial=0, fail="h1")
     assert rc != 0
     assert started == [("one", ["h1", "h2", "h3"]), ("two", ["h2", "h3"])], started
+
+
+@pytest.mark.parametrize("where", ["group_vars", "command line"])
+def test_stack_serial_in_the_inventory_is_refused_before_any_host_is_touched(tmp_path, where):
+    """Ansible sizes a play's batches before it reads the inventory: stack_serial in group_vars would be
+    ignored, so the preflight's first (controller-side) play refuses it by name; given with -e it passes
+    that play (the run then goes on to the host checks, which connect to the hosts)."""
+    group_vars = {"stack_serial": 2} if where == "group_vars" else {}
+    extra = ["-e", "stack_serial=2"] if where == "command line" else []
+    result = ansible(tmp_path, PLAYBOOKS / "preflight.yml", group_vars, extra)
+    flat = " ".join(result.stdout.split())
+    refused = "stack_serial: 2 is set where Ansible cannot use it for batches"
+    if where == "group_vars":
+        assert result.returncode != 0 and refused in flat, flat[-3000:]
+        assert "PLAY [Check each host" not in result.stdout  # the run ends in the controller-side play
+    else:
+        assert refused not in flat, flat[-3000:]
+        assert re.search(r"^ok: \[h1\]", result.stdout.split("PLAY [Check each host")[1], re.M), flat[-3000:]
