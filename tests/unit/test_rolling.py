@@ -48,10 +48,16 @@ def test_no_play_templates_any_errors_fatal(path):
         assert play.get("any_errors_fatal", False) in (True, False), (path.name, play.get("name"))
 
 
-def ansible(tmp_path: Path, playbook: Path, group_vars: dict, extra: list[str]) -> subprocess.CompletedProcess:
-    """ansible-playbook with the project's ansible.cfg on three local hosts h1..h3 in gpu_servers."""
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    group = {"hosts": {h: local for h in ("h1", "h2", "h3")}, "vars": group_vars}
+LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+# A host that cannot be reached: SSH to a closed port on the loopback (refused at once).
+DOWN = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 9, "ansible_pipelining": False}
+
+
+def ansible(
+    tmp_path: Path, playbook: Path, group_vars: dict, extra: list[str], hosts: dict | None = None
+) -> subprocess.CompletedProcess:
+    """ansible-playbook with the project's ansible.cfg on `hosts` (three local hosts h1..h3) in gpu_servers."""
+    group = {"hosts": hosts or {h: LOCAL for h in ("h1", "h2", "h3")}, "vars": group_vars}
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"children": {"gpu_servers": group}}}))
     command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook), *extra]
@@ -111,3 +117,46 @@ def test_stack_serial_in_the_inventory_is_refused_before_any_host_is_touched(tmp
     else:
         assert refused not in flat, flat[-3000:]
         assert re.search(r"^ok: \[h1\]", result.stdout.split("PLAY [Check each host")[1], re.M), flat[-3000:]
+
+
+def pinged(output: str) -> list[str]:
+    """The hosts the play's own task (step, a ping) reached."""
+    steps = [part for part in output.split("TASK [") if part.startswith("step]")]
+    return sorted(host for part in steps for host in re.findall(r"^ok: \[(h\d)\]$", part, re.M))
+
+
+def test_a_host_lost_in_an_earlier_batch_stops_a_rolling_run(tmp_path):
+    """max_fail_percentage counts failed hosts, not unreachable ones: the component plays' first step
+    (roles/stack/tasks/play.yml) stops a rolling run when a host was lost earlier in it. Two hosts at a
+    time: in the first batch h1 finishes and h9 cannot be reached, and the play goes no further (h2 never
+    starts). (Ansible itself stops only when a whole batch is lost.)"""
+    play = {
+        "name": "component",
+        "hosts": "gpu_servers",
+        "gather_facts": False,
+        "serial": SERIAL,
+        "max_fail_percentage": MAX_FAIL,
+        "pre_tasks": [
+            {
+                "name": "Prepare the play",
+                "ansible.builtin.include_role": {"name": "stack", "tasks_from": "play"},
+                "vars": {"stack_play_components": []},
+                "when": "not stack_play_ready | default(false)",
+            }
+        ],
+        "tasks": [{"name": "step", "ansible.builtin.ping": {}}],
+    }
+    playbook = tmp_path / "component.yml"
+    playbook.write_text(yaml.safe_dump([play]))
+    # What site.yml's preflight leaves: the host checked, the cache filled, dpkg checked.
+    done = {"stack_host": {}, "stack_cache_done": True, "stack_dpkg_checked": True}
+    hosts = {"h1": LOCAL, "h9": DOWN, "h2": LOCAL}
+    result = ansible(tmp_path, playbook, done, ["-e", "stack_serial=2"], hosts)
+    flat = " ".join(result.stdout.split())
+    assert result.returncode != 0, flat[-3000:]
+    assert "Rolling run (stack_serial 2): h9 failed or could not be reached earlier in this run" in flat, flat[-3000:]
+    assert pinged(result.stdout) == ["h1"], flat[-3000:]
+    # Without batches the unreachable host drops out and the others go on.
+    result = ansible(tmp_path, playbook, done, [], hosts)
+    assert result.returncode != 0 and "Rolling run" not in result.stdout
+    assert pinged(result.stdout) == ["h1", "h2"], result.stdout[-3000:]
