@@ -19,10 +19,11 @@ SCENARIO_NAMES = ("default", "runfile", "nvidia_repo", "wheels")
 
 @task
 def lint(c: Context) -> None:
-    """yamllint, ansible-lint (production profile), ruff, and a syntax check of site.yml."""
+    """yamllint, ansible-lint (production profile), ruff (lint and format), and a syntax check of site.yml."""
     run(c, "yamllint --strict .", what="yamllint")
     run(c, "ansible-lint --profile production --offline", what="ansible-lint (production)")
     run(c, "ruff check .", what="ruff")
+    run(c, "ruff format --check .", what="ruff format")
     run(
         c,
         "ansible-playbook --syntax-check -i inventory/example/hosts.yml playbooks/site.yml",

@@ -69,8 +69,12 @@ def test_no_version_numbers_outside_the_catalog():
     """Role defaults and tasks must take versions from the catalog, not hard-code them."""
     pattern = re.compile(r"\b(11\.[0-9]\b|8\.0\.5|2\.8\.4|7\.2\.2|470\.\d+|1\.5\.[01]\b|2\.2\.14)")
     offenders = []
-    for path in [*ROOT.glob("roles/*/defaults/*.yml"), *ROOT.glob("roles/*/tasks/*.yml"),
-                 *ROOT.glob("roles/*/templates/*"), *ROOT.glob("playbooks/*.yml")]:
+    for path in [
+        *ROOT.glob("roles/*/defaults/*.yml"),
+        *ROOT.glob("roles/*/tasks/*.yml"),
+        *ROOT.glob("roles/*/templates/*"),
+        *ROOT.glob("playbooks/*.yml"),
+    ]:
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if pattern.search(line) and not line.lstrip().startswith("#"):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")

@@ -108,8 +108,10 @@ def spec_problems(role: str, defaults: dict, specs: dict) -> list[str]:
                 if "default" in option:
                     problems.append(f"{where}: required, yet the spec declares a default")
                 if name in defaults and defaults[name] not in ("", None):
-                    problems.append(f"{where}: required, so defaults/main.yml may only hold an empty placeholder,"
-                                    f" not {defaults[name]!r}")
+                    problems.append(
+                        f"{where}: required, so defaults/main.yml may only hold an empty placeholder,"
+                        f" not {defaults[name]!r}"
+                    )
                 continue
             if "default" not in option:
                 if name in defaults:
@@ -122,8 +124,10 @@ def spec_problems(role: str, defaults: dict, specs: dict) -> list[str]:
             value = defaults[name]
             if (role, name) in PROSE_DEFAULTS:
                 if not (is_template(value) and isinstance(default, str) and " " in default and default != value):
-                    problems.append(f"{where}: listed in PROSE_DEFAULTS, but the spec's default {default!r} is not"
-                                    f" words describing the template {value!r}; mirror it literally and unlist it")
+                    problems.append(
+                        f"{where}: listed in PROSE_DEFAULTS, but the spec's default {default!r} is not"
+                        f" words describing the template {value!r}; mirror it literally and unlist it"
+                    )
                 continue
             if not same(default, value):
                 problems.append(f"{where}: the spec's default {default!r} differs from defaults/main.yml's {value!r}")
@@ -200,7 +204,8 @@ def readme_problems(role: str, readme: str) -> list[str]:
     rows = [
         match.group(1)
         for line, following in zip(lines, [*lines[1:], ""])
-        if (match := re.match(r"\|\s*`(\w+)`", line)) and match.group(1) in options
+        if (match := re.match(r"\|\s*`(\w+)`", line))
+        and match.group(1) in options
         and not following.startswith("| ---")  # a table's header row may name a variable
     ]
     if rows:
@@ -237,18 +242,21 @@ def _set_default(entry, name, value):
             defaults[name] = value
         else:
             specs[entry]["options"][name]["default"] = value
+
     return mutate
 
 
 def _drop_default(name):
     def mutate(defaults, specs):
         del defaults[name]
+
     return mutate
 
 
 def _set_choices(name, choices):
     def mutate(defaults, specs):
         specs["main"]["options"][name]["choices"] = choices
+
     return mutate
 
 
@@ -256,33 +264,49 @@ def _both(name, value):
     def mutate(defaults, specs):
         defaults[name] = value
         specs["main"]["options"][name]["default"] = value
+
     return mutate
 
 
 def _placeholder(name, value):
     def mutate(defaults, specs):
         defaults[name] = value
+
     return mutate
 
 
 MUTATIONS = {
-    "a default changed in defaults/main.yml": ("cuda", _set_default(None, "cuda_installer_timeout", 3601),
-                                               "cuda_installer_timeout"),
+    "a default changed in defaults/main.yml": (
+        "cuda",
+        _set_default(None, "cuda_installer_timeout", 3601),
+        "cuda_installer_timeout",
+    ),
     "a default changed in a spec's other entry point": (
-        "verify", _set_default("gpu_smoke", "verify_warmup_timeout", 1801), "verify_warmup_timeout"),
+        "verify",
+        _set_default("gpu_smoke", "verify_warmup_timeout", 1801),
+        "verify_warmup_timeout",
+    ),
     "a variable only in defaults/main.yml": ("cuda", _set_default(None, "cuda_new_setting", 1), "cuda_new_setting"),
     "a spec default missing from defaults/main.yml": ("stack", _drop_default("stack_offline"), "stack_offline"),
     "false written as 0": ("stack", _set_default(None, "stack_no_gpu", 0), "stack_no_gpu"),
     "a template not mirrored literally": (
-        "cuda", _set_default("main", "cuda_method", "{{ stack_resolved.cuda.methods }}"), "cuda_method"),
+        "cuda",
+        _set_default("main", "cuda_method", "{{ stack_resolved.cuda.methods }}"),
+        "cuda_method",
+    ),
     "choices without the default": ("cuda", _set_choices("cuda_state", ["absent"]), "cuda_state"),
-    "a default of the wrong type on both sides": ("cuda", _both("cuda_installer_timeout", "3600"),
-                                                  "cuda_installer_timeout"),
+    "a default of the wrong type on both sides": (
+        "cuda",
+        _both("cuda_installer_timeout", "3600"),
+        "cuda_installer_timeout",
+    ),
     "list elements of the wrong type": ("serving", _both("serving_device_ids", ["0"]), "serving_device_ids"),
-    "a value for a required option": ("cuda_library", _placeholder("cuda_library_name", "cudnn"),
-                                      "cuda_library_name"),
-    "a prose default made literal": ("serving", _both("serving_wheelhouse_on_controller", "{{ true }}"),
-                                     "serving_wheelhouse_on_controller"),
+    "a value for a required option": ("cuda_library", _placeholder("cuda_library_name", "cudnn"), "cuda_library_name"),
+    "a prose default made literal": (
+        "serving",
+        _both("serving_wheelhouse_on_controller", "{{ true }}"),
+        "serving_wheelhouse_on_controller",
+    ),
 }
 
 
