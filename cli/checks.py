@@ -101,6 +101,14 @@ def test(
     for result in results:
         steps = ", ".join(f"{k} {v:.0f} s" for k, v in result.steps.items())
         print(f"  {result.stage:<28} {result.seconds:7.0f} s  {'ok' if result.ok else 'FAILED'}  ({steps})")
+    if report["idempotent_reruns"]:
+        print("\nIdempotent re-runs of site.yml (molecule's idempotence step, changed=0 wanted; beside another stage):")
+        for name, rerun in report["idempotent_reruns"].items():
+            goal = suite.IDEMPOTENT_GOALS.get(name)
+            print(
+                f"  {name:<12} {rerun['seconds']:6.1f} s  changed={rerun['changed']} ok={rerun['ok']} "
+                f"skipped={rerun['skipped']}" + (f"  (goal <= {goal:.0f} s on a quiet machine)" if goal else "")
+            )
     stats = sandbox.compiler_cache_stats()
     if stats:
         wanted = ("cache hit", "cache miss", "cache size")
