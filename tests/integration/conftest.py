@@ -99,17 +99,22 @@ def bullseye_host() -> Iterator[Host]:
     sandbox.stop_host(host.name)
 
 
+def pinned_stand_ins(catalog: dict) -> dict:
+    """NVIDIA's unpinned files get stand-in checksums (the preflight only checks their form; these tests
+    download nothing)."""
+    return {
+        "stack_artifact_checksums": {name: "ab" * 32 for name in unpinned_files(catalog)},
+        # Stand-in checksums cannot be fetched into the controller's cache: downloads stay per host.
+        "stack_artifact_cache_dir": "",
+    }
+
+
 @pytest.fixture
 def inventory_for(tmp_path: Path, catalog):
-    """An inventory for `hosts`; NVIDIA's unpinned files get stand-in checksums (preflight
-    only checks their form, these tests download nothing)."""
+    """An inventory for `hosts`, with pinned_stand_ins."""
 
     def make(*hosts: Host, group_vars: dict | None = None, down: tuple[Host, ...] = ()) -> Path:
-        pinned = {
-            "stack_artifact_checksums": {name: "ab" * 32 for name in unpinned_files(catalog)},
-            # Stand-in checksums cannot be fetched into the controller's cache: downloads stay per host.
-            "stack_artifact_cache_dir": "",
-        }
+        pinned = pinned_stand_ins(catalog)
         names = [h.name for h in hosts]
         return sandbox.write_inventory(
             tmp_path / "inventory.yml", names, {**pinned, **(group_vars or {})}, down=[h.name for h in down]
@@ -123,13 +128,11 @@ def inventory_for(tmp_path: Path, catalog):
 _FAILED = re.compile(r"^fatal: \[([^\]]+)\]: FAILED! =>(.*)$")
 
 
-def refusals(output: str) -> list[str]:
-    """Every line of every failed task's message in a run's output, as the task gave it: a refusal
-    line ("stack_cuda_version: ...; allowed: 11.1") stays one item, however the callback wrapped it.
-    A test that wants the variable's own line to say what is allowed looks there, not in the whole
-    output (where another line may carry the same words)."""
+def refusals_by_host(output: str) -> dict[str, list[str]]:
+    """Every line of every failed task's message in a run's output, by host, as the task gave it: a
+    refusal line ("stack_cuda_version: ...; allowed: 11.1") stays one item, however the callback wrapped it."""
     lines = output.splitlines()
-    found: list[str] = []
+    found: dict[str, list[str]] = {}
     for index, line in enumerate(lines):
         match = _FAILED.match(line)
         if not match:
@@ -144,6 +147,52 @@ def refusals(output: str) -> list[str]:
                 block.append(following)
             result = yaml.safe_load(textwrap.dedent("\n".join(block))) or {}
         message = result.get("msg", "") if isinstance(result, dict) else ""
+        mine = found.setdefault(match.group(1), [])
         for item in message if isinstance(message, list) else [message]:
-            found.extend(str(item).splitlines())
+            mine.extend(str(item).splitlines())
     return found
+
+
+def refusals(output: str) -> list[str]:
+    """Every line of every failed task's message in a run's output (refusals_by_host, all hosts). A test
+    that wants the variable's own line to say what is allowed looks there, not in the whole output (where
+    another line may carry the same words)."""
+    return [line for lines in refusals_by_host(output).values() for line in lines]
+
+
+@dataclass
+class Refused:
+    lines: list[str]  # the lines of this case's refusal
+    output: str  # the whole output of the run that refused it
+
+
+def refuse_together(
+    host: Host, folder: Path, cases: dict[str, dict], group_vars: dict, playbook: str = "site.yml"
+) -> dict[str, Refused]:
+    """Each case (a name: its settings) refused by `playbook`, with as few runs as the preflight allows.
+
+    Every case is an inventory host of its own that reaches the same container (`ansible_host`), its settings
+    as its host vars (over `group_vars`, as -e would be), and one run takes them all: each host's refusal is
+    computed from its own settings and reported under its own name. The preflight stops every host after
+    the first task where one fails (any_errors_fatal), so that run refuses the cases of that task; the
+    others run again, until each case has its refusal or a run refuses none of those left. Returns the
+    cases refused; the caller checks that each one was, and the host's fingerprint around all the runs."""
+    pending = dict(cases)
+    refused: dict[str, Refused] = {}
+    for attempt in range(1, len(cases) + 1):
+        inventory = sandbox.write_inventory(
+            folder / f"inventory-{attempt}.yml",
+            list(pending),
+            group_vars,
+            host_vars={name: {"ansible_host": host.name, **settings} for name, settings in pending.items()},
+        )
+        result = run_playbook(playbook, inventory)
+        by_host = refusals_by_host(result.output)
+        new = {name: Refused(by_host[name], result.output) for name in pending if by_host.get(name)}
+        if not new:
+            break
+        refused.update(new)
+        pending = {name: settings for name, settings in pending.items() if name not in new}
+        if not pending:
+            break
+    return refused

@@ -12,7 +12,7 @@ import yaml
 from testbed import fingerprint, sandbox, scenarios
 from tests.conftest import RESOLVER_REFUSALS, ROOT, unpinned_files
 
-from .conftest import Host, refusals, run_playbook
+from .conftest import Host, pinned_stand_ins, refuse_together, run_playbook
 
 # The stand-in checksums the test inventories carry, less those of the vendor's MindSpore wheels.
 _NVIDIA_ONLY = {
@@ -91,98 +91,113 @@ def test_check_mode_changes_nothing_for_each_scenarios_methods(check_mode_run, s
     assert after[scenario] == before[scenario]
 
 
-@pytest.mark.parametrize(
-    ("extra_vars", "expected"),
-    [
-        pytest.param(
-            {"stack_name": "ms9.9-cuda99"},
-            [
-                "stack_name: 'ms9.9-cuda99' is not in the catalog",
-                "allowed: ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.0-cuda11.1, ms2.2-cuda11.6",
-            ],
-            id="unknown-stack",
-        ),
-        pytest.param(
-            {"stack_name": "ms2.2-cuda11.6", "stack_cudnn_version": "8.0.5"},
-            ["stack_cudnn_version:", "not CUDA 11.6", "allowed for CUDA 11.6: 8.5.0"],
-            id="cudnn-vs-cuda",
-        ),
-        pytest.param(
-            {"stack_name": "ms2.2-cuda11.6", "stack_driver_branch": "470"},
-            ["stack_driver_branch:", "below the minimum 510.39.01", "allowed: 510, 525, 535, 570"],
-            id="driver-below-cuda",
-        ),
-        pytest.param(
-            {"stack_cudnn_method": "wheel"},
-            ["stack_cudnn_method: cuDNN 8.0.5 has no 'wheel' artifact", "allowed for it: tarball, cuda_repo"],
-            id="method-not-for-version",
-        ),
-        pytest.param(
-            {"stack_cudnn_method": "conda"},
-            ['stack_cudnn_method: "conda" is not allowed', "allowed: tarball, cuda_repo, wheel"],
-            id="unknown-method",
-        ),
-        pytest.param(
-            {"stack_no_gpu": "maybe"},
-            ['stack_no_gpu: "maybe" is not allowed', "allowed: true or false"],
-            id="not-a-bool",
-        ),
-        pytest.param(
-            {"stack_python": "/usr/bin/python2.7"},
-            ["stack_python '/usr/bin/python2.7' is cp27", "has wheels for cp37, cp38, cp39 only"],
-            id="python-without-wheel",
-        ),
-        pytest.param(
-            {"stack_python": "/opt/python3.9/bin/python3"},
-            ["stack_python", "does not run on this host", "Allowed: an interpreter with one of those tags"],
-            id="python-missing",
-        ),
-        pytest.param(
-            {"stack_no_gpu": False},
-            ["no NVIDIA GPU on the PCI bus", "stack_no_gpu: true", "allowed: true, false"],
-            id="no-gpu",
-        ),
-        pytest.param(
-            {"stack_mindspore_version": "1.5.0", "stack_artifact_checksums": _NVIDIA_ONLY},
-            [
-                "stack_artifact_checksums.mindspore_gpu-1.5.0-cp38-cp38-linux_x86_64.whl:",
-                "allowed: the sha256 of your copy",
-                "stack_local_artifacts",
-            ],
-            id="unpinned-vendor-wheel",
-        ),
-        pytest.param(
-            {"stack_install_prefix": "/nonexistent"},
-            ["stack_install_prefix '/nonexistent' does not exist"],
-            id="bad-prefix",
-        ),
-    ],
-)
-def test_refusal_names_the_variable_and_leaves_the_host_unchanged(focal_host, inventory_for, extra_vars, expected):
+# Refusals through site.yml on a real host, each with the texts ONE line of its refusal must carry.
+REFUSALS = [
+    pytest.param(
+        {"stack_name": "ms9.9-cuda99"},
+        [
+            "stack_name: 'ms9.9-cuda99' is not in the catalog",
+            "allowed: ms1.5-cuda11.1, ms1.10-cuda11.1, ms2.0-cuda11.1, ms2.2-cuda11.6",
+        ],
+        id="unknown-stack",
+    ),
+    pytest.param(
+        {"stack_name": "ms2.2-cuda11.6", "stack_cudnn_version": "8.0.5"},
+        ["stack_cudnn_version:", "not CUDA 11.6", "allowed for CUDA 11.6: 8.5.0"],
+        id="cudnn-vs-cuda",
+    ),
+    pytest.param(
+        {"stack_name": "ms2.2-cuda11.6", "stack_driver_branch": "470"},
+        ["stack_driver_branch:", "below the minimum 510.39.01", "allowed: 510, 525, 535, 570"],
+        id="driver-below-cuda",
+    ),
+    pytest.param(
+        {"stack_cudnn_method": "wheel"},
+        ["stack_cudnn_method: cuDNN 8.0.5 has no 'wheel' artifact", "allowed for it: tarball, cuda_repo"],
+        id="method-not-for-version",
+    ),
+    pytest.param(
+        {"stack_cudnn_method": "conda"},
+        ['stack_cudnn_method: "conda" is not allowed', "allowed: tarball, cuda_repo, wheel"],
+        id="unknown-method",
+    ),
+    pytest.param(
+        {"stack_no_gpu": "maybe"},
+        ['stack_no_gpu: "maybe" is not allowed', "allowed: true or false"],
+        id="not-a-bool",
+    ),
+    pytest.param(
+        {"stack_python": "/usr/bin/python2.7"},
+        ["stack_python '/usr/bin/python2.7' is cp27", "has wheels for cp37, cp38, cp39 only"],
+        id="python-without-wheel",
+    ),
+    pytest.param(
+        {"stack_python": "/opt/python3.9/bin/python3"},
+        ["stack_python", "does not run on this host", "Allowed: an interpreter with one of those tags"],
+        id="python-missing",
+    ),
+    pytest.param(
+        {"stack_no_gpu": False},
+        ["no NVIDIA GPU on the PCI bus", "stack_no_gpu: true", "allowed: true, false"],
+        id="no-gpu",
+    ),
+    pytest.param(
+        {"stack_mindspore_version": "1.5.0", "stack_artifact_checksums": _NVIDIA_ONLY},
+        [
+            "stack_artifact_checksums.mindspore_gpu-1.5.0-cp38-cp38-linux_x86_64.whl:",
+            "allowed: the sha256 of your copy",
+            "stack_local_artifacts",
+        ],
+        id="unpinned-vendor-wheel",
+    ),
+    pytest.param(
+        {"stack_install_prefix": "/nonexistent"},
+        ["stack_install_prefix '/nonexistent' does not exist"],
+        id="bad-prefix",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def refused(focal_host, catalog, tmp_path_factory):
+    """Every case of REFUSALS and of the resolver's unit tests (RESOLVER_REFUSALS), refused by site.yml on
+    the same container (conftest.refuse_together: a few runs instead of one per case), and the host's
+    fingerprint before and after all of them."""
+    cases = {f"refusal-{param.id}": param.values[0] for param in REFUSALS}
+    for param in RESOLVER_REFUSALS:
+        settings = param.values[0]
+        cases[f"resolver-{param.id}"] = {
+            ("stack_name" if key == "name" else f"stack_{key}"): value for key, value in settings.items()
+        }
+    before = focal_host.fingerprint()
+    found = refuse_together(focal_host, tmp_path_factory.mktemp("refusals"), cases, pinned_stand_ins(catalog))
+    return found, before, focal_host.fingerprint()
+
+
+@pytest.mark.parametrize(("extra_vars", "expected"), REFUSALS)
+def test_refusal_names_the_variable_and_leaves_the_host_unchanged(refused, request, extra_vars, expected):
     """One refusal line carries every expected text: the variable with what is wrong and what is allowed,
     not words scattered over the output (another line may carry an "allowed:" of its own)."""
-    before = focal_host.fingerprint()
-    result = run_playbook("site.yml", inventory_for(focal_host), extra_vars)
-    assert result.rc != 0, result.output
-    lines = refusals(result.output)
-    assert any(all(text in line for text in expected) for line in lines), (expected, lines, result.output[-3000:])
-    assert focal_host.fingerprint() == before
+    found, before, after = refused
+    case = found.get(f"refusal-{request.node.callspec.id}")
+    assert case is not None, (extra_vars, "was not refused", sorted(found))
+    assert any(all(text in line for text in expected) for line in case.lines), (expected, case.lines)
+    assert after == before
 
 
 @pytest.mark.parametrize(("settings", "variable", "allowed"), RESOLVER_REFUSALS)
-def test_configuration_refusal_leaves_the_host_unchanged(focal_host, inventory_for, settings, variable, allowed):
+def test_configuration_refusal_leaves_the_host_unchanged(refused, request, settings, variable, allowed):
     """Every refusal of the resolver's unit tests, this time through site.yml on a real host."""
-    extra_vars = {("stack_name" if key == "name" else f"stack_{key}"): value for key, value in settings.items()}
-    before = focal_host.fingerprint()
-    result = run_playbook("site.yml", inventory_for(focal_host), extra_vars)
-    assert result.rc != 0, result.output
+    found, before, after = refused
+    case = found.get(f"resolver-{request.node.callspec.id}")
+    assert case is not None, (settings, "was not refused", sorted(found))
     # The refusal line of this very variable says what is allowed (as the resolver's unit test demands of
     # its errors): the preflight's own message, also for a value outside an argument spec's choices.
-    lines = refusals(result.output)
-    mine = [line for line in lines if line.startswith(f"{variable}: ")]
-    assert any(allowed in line for line in mine), (variable, allowed, lines, result.output[-3000:])
-    assert "Gather the facts the checks need" not in result.output
-    assert focal_host.fingerprint() == before
+    mine = [line for line in case.lines if line.startswith(f"{variable}: ")]
+    assert any(allowed in line for line in mine), (variable, allowed, case.lines)
+    # Refused on the controller, before any host is contacted.
+    assert "Gather the facts the checks need" not in case.output
+    assert after == before
 
 
 def test_disk_check_counts_only_the_parts_not_yet_installed(focal_host, inventory_for):
