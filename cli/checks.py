@@ -17,18 +17,21 @@ from cli.common import RESULTS, ROOT, env, run, timed
 SCENARIO_NAMES = ("default", "runfile", "nvidia_repo", "wheels")
 
 
+# The lint steps: (what, command), run from the project root with the venv first on PATH.
+LINT_STEPS = (
+    ("yamllint", "yamllint --strict ."),
+    ("ansible-lint (production)", "ansible-lint --profile production --offline"),
+    ("ruff", "ruff check ."),
+    ("ruff format", "ruff format --check ."),
+    ("site.yml syntax check", "ansible-playbook --syntax-check -i inventory/example/hosts.yml playbooks/site.yml"),
+)
+
+
 @task
 def lint(c: Context) -> None:
     """yamllint, ansible-lint (production profile), ruff (lint and format), and a syntax check of site.yml."""
-    run(c, "yamllint --strict .", what="yamllint")
-    run(c, "ansible-lint --profile production --offline", what="ansible-lint (production)")
-    run(c, "ruff check .", what="ruff")
-    run(c, "ruff format --check .", what="ruff format")
-    run(
-        c,
-        "ansible-playbook --syntax-check -i inventory/example/hosts.yml playbooks/site.yml",
-        what="site.yml syntax check",
-    )
+    for what, cmd in LINT_STEPS:
+        run(c, cmd, what=what)
 
 
 @task(
@@ -64,14 +67,24 @@ def test(
     lanes = lanes or int(os.environ.get("MSGPU_TEST_LANES", "2"))
     if lanes < 1:
         raise Exit(f"--lanes: '{lanes}' is not allowed; allowed: 1 or more", code=2)
-    if not scenario and not only:
-        timings["lint"] = timed(lambda: lint(c))
     if fast:
+        timings["lint"] = timed(lambda: lint(c))
         timings["unit"] = run(c, "pytest -q tests/unit", what="unit tests (catalog, resolver, fixtures)")
         print(f"\nAll checks passed in {time.monotonic() - started:.0f} s.")
         return
     from testbed import sandbox, scenarios, suite  # the containers' suite runs on the test bed
 
+    unit, _ = scenarios.unit_stages(env())
+    early: list[suite.Stage] = []
+    waiting = None
+    if not scenario and not only:
+        # Lint and the unit tests that need no fixture run beside the prepare step (one busy core at most:
+        # downloads, one compressor at a time), one after the other; their results come with the others'.
+        lint_steps = [suite.Step(what, cmd) for what, cmd in LINT_STEPS]
+        early = [suite.Stage("lint", "yamllint, ansible-lint (production), ruff, site.yml syntax", lint_steps), unit]
+        early_runner = suite.Runner(ROOT, RESULTS / "test-logs", env(), lanes=1)
+        print(f"\nBeside the prepare step: {', '.join(s.name for s in early)} (logs in {early_runner.log_dir})")
+        waiting = early_runner.start(early)
     prepare_started = time.monotonic()
     free_before_prepare = shutil.disk_usage(ROOT).free  # the caches the prepare step builds count too
     image = local.sandbox_image()
@@ -84,7 +97,7 @@ def test(
         try:
             stages = scenarios.suite_stages(group_vars, stage_env, scenario, full)
             if only:
-                stages = scenarios.only_stages(stages, only)
+                stages = scenarios.only_stages([unit, *stages], only)
         except scenarios.ScenarioError as exc:
             raise Exit(str(exc), code=1) from exc
         # Every minute: the controller's artifact cache shares disk blocks with the fixture mirror
@@ -93,6 +106,8 @@ def test(
         what = "the full suite" if full else "without the extended tests (--full runs them)"
         print(f"\n{len(stages)} stages, {lanes} at a time, {what}; logs in {runner.log_dir}", flush=True)
         results = runner.run(stages)
+    if waiting is not None:
+        results = [*waiting(), *results]
     total = time.monotonic() - started
     report = suite.write_report(RESULTS / "test-timings.json", timings, results, runner, total, free_before_prepare)
     print("\nStage times:")
@@ -100,7 +115,16 @@ def test(
         print(f"  {name:<28} {seconds:7.0f} s")
     for result in results:
         steps = ", ".join(f"{k} {v:.0f} s" for k, v in result.steps.items())
-        print(f"  {result.stage:<28} {result.seconds:7.0f} s  {'ok' if result.ok else 'FAILED'}  ({steps})")
+        cpu = f"; controller CPU {sum(result.cpu.values()):.0f} s"
+        print(f"  {result.stage:<28} {result.seconds:7.0f} s  {'ok' if result.ok else 'FAILED'}  ({steps}{cpu})")
+    used = report["cpu_seconds"]
+    if "machine" in used:
+        inside = f", {used['containers']:.0f} of them in the containers" if "containers" in used else ""
+        print(
+            f"CPU while the stages ran: {used['machine']:.0f} core-seconds{inside} "
+            f"({used['machine'] / max(1.0, report['stages_seconds'] * (os.cpu_count() or 1)):.0%} of "
+            f"{os.cpu_count()} cores)"
+        )
     if report["idempotent_reruns"]:
         print("\nIdempotent re-runs of site.yml (molecule's idempotence step, changed=0 wanted; beside another stage):")
         for name, rerun in report["idempotent_reruns"].items():

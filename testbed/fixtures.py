@@ -1063,6 +1063,13 @@ def _extra_builders() -> list[Any]:
 
 def build_mirror(cache: Path = sandbox.CACHE, force: bool = False, catalog_path: Path = CATALOG) -> Path:
     """Build (or reuse) every fixture under `<cache>/mirror`; returns that root, with manifest.json."""
+    if os.environ.get("MSGPU_NO_MIRROR_BUILD"):
+        # The suite's `unit` stage runs while the prepare step builds the mirror (testbed/scenarios.py:
+        # unit_stages); a test there that reads the mirror would wait for that build, or race it.
+        raise FixtureError(
+            "this unit test reads the fixture mirror, which `./toolkit test` builds while the `unit` stage runs: "
+            "mark it @pytest.mark.prepared (it then runs in the `fixtures` stage, after the mirror is built)"
+        )
     root = cache / "mirror"
     with _locked(cache / "mirror.lock"):
         _build_manifest_fixtures(cache, root, force, catalog_path)

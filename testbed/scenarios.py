@@ -378,18 +378,41 @@ def pytest_stage(name: str, paths: str, what: str, env: dict[str, str], full: bo
     return suite.Stage(name, what, [suite.Step(name, f"{pytest}--basetemp={basetemp} {paths}", env)])
 
 
-def unit_stage(env: dict[str, str]) -> suite.Stage:
-    """The unit tests, run in a copy of the working tree outside the checkout (nothing beside it), so a
-    clone anywhere passes them; the fixture caches are this checkout's (MSGPU_CACHE)."""
+# The unit tests that read what the prepare step builds (the fixture mirror, the driver fixture's .debs) carry
+# this pytest marker (registered in pyproject.toml); the others run while it builds them.
+PREPARED_MARKER = "prepared"
+
+
+def unit_stages(env: dict[str, str]) -> tuple[suite.Stage, suite.Stage]:
+    """The unit tests as two stages, both run in one copy of the working tree outside the checkout (nothing
+    beside it), so a clone anywhere passes them; the fixture caches are this checkout's (MSGPU_CACHE):
+    `unit`, the tests that need nothing the prepare step builds (`./toolkit test` runs it, after lint, while it
+    prepares the images and fixtures), and `fixtures`, the tests of the fixtures themselves (PREPARED_MARKER),
+    among the container stages. With MSGPU_NO_MIRROR_BUILD set, the first stage's tests cannot build the
+    mirror (testbed/fixtures.py: build_mirror): a test that needs it and lacks the marker fails, naming it."""
     copy = isolated_copy()
-    basetemp = shlex.quote(str(sandbox.CACHE / "pytest" / "unit"))
     (sandbox.CACHE / "pytest").mkdir(parents=True, exist_ok=True)
-    command = f"cd {shlex.quote(str(copy))} && pytest -q -p no:cacheprovider --basetemp={basetemp} tests/unit"
-    return suite.Stage(
-        "unit",
-        f"catalog, resolver, fixtures, verification package (in {copy}, a copy of the working tree)",
-        [suite.Step("unit", command, {**env, "MSGPU_CACHE": str(sandbox.CACHE)})],
-    )
+    stages = []
+    for name, selected, what, extra in (
+        ("unit", f"not {PREPARED_MARKER}", "catalog, resolver, verification, CLI", {"MSGPU_NO_MIRROR_BUILD": "1"}),
+        ("fixtures", PREPARED_MARKER, "the NVIDIA fixtures and the fixture apt repository", {}),
+    ):
+        basetemp = shlex.quote(str(sandbox.CACHE / "pytest" / name))
+        command = (
+            f"cd {shlex.quote(str(copy))} && pytest -q -p no:cacheprovider -m {shlex.quote(selected)} "
+            f"--basetemp={basetemp} tests/unit"
+        )
+        stages.append(
+            suite.Stage(
+                name,
+                f"unit tests: {what} (in {copy}, a copy of the working tree)",
+                [suite.Step(name, command, {**env, "MSGPU_CACHE": str(sandbox.CACHE), **extra})],
+            )
+        )
+    return stages[0], stages[1]
+
+
+_ISOLATED_COPY: list[Path] = []  # the copy isolated_copy made in this process
 
 
 def isolated_copy() -> Path:
@@ -397,9 +420,12 @@ def isolated_copy() -> Path:
     data folder beside the checkout, no .cache, no .venv): the unit stage runs its tests there to prove
     that a clone anywhere passes them. The files are those git would commit (`git ls-files -co
     --exclude-standard`: tracked, and new ones not ignored), uncommitted changes included, which a
-    `git clone` would miss. Rebuilt on every call; returns the copy's root. Run pytest on
-    <copy>/tests/unit with MSGPU_CACHE=<this .cache>, so the fixture caches are not built twice.
+    `git clone` would miss. Built once per process (the unit stages run in it while the suite goes on);
+    returns the copy's root. Run pytest on <copy>/tests/unit with MSGPU_CACHE=<this .cache>, so the fixture
+    caches are not built twice.
     """
+    if _ISOLATED_COPY:
+        return _ISOLATED_COPY[0]
     try:
         listed = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -418,6 +444,7 @@ def isolated_copy() -> Path:
             continue  # the caches, and files deleted in the working tree
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, copy / name, follow_symlinks=False)
+    _ISOLATED_COPY.append(copy)
     return copy
 
 
@@ -429,9 +456,10 @@ def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full
     # Longest first (as measured), so that the two lanes end close together, except that the fleet stage (no
     # DKMS build) runs beside molecule default's first build of the NVIDIA module. Measured on 2 cores
     # (2026-12-02): the compiler cache's hit rate stayed at 41 % (most misses are DKMS conftest compiles,
-    # which no order makes cacheable) and the suite's wall time did not change. The unit tests fill the gap
-    # at the end.
+    # which no order makes cacheable) and the suite's wall time did not change. The fixtures' unit tests fill
+    # the gap at the end (the other unit tests ran beside the prepare step: cli/checks.py).
     molecule = {name: scenario_stage(name, group_vars, env, full) for name in SCENARIOS}
+    _, fixtures_unit = unit_stages(env)
     stages = [
         molecule[VERIFY_SCENARIO],
         pytest_stage(
@@ -466,7 +494,7 @@ def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full
             full,
         ),
         molecule["wheels"],
-        unit_stage(env),
+        fixtures_unit,
     ]
     return [stage for stage in stages if full or stage.name not in EXTENDED_STAGES]
 

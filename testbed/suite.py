@@ -13,6 +13,7 @@ commands that always run. A failed stage does not stop the others: the run repor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -54,6 +55,24 @@ class Result:
     steps: dict[str, float]
     failed_step: str
     log: Path
+    # CPU seconds of each step's processes on this machine, outside the containers (see _run_stage).
+    cpu: dict[str, float] = field(default_factory=dict)
+
+
+# Docker's cgroup (cgroup v1's cpuacct): the CPU time of every process in every container, exited ones too.
+DOCKER_CPU = Path("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage")
+
+
+def _cpu_seconds() -> dict[str, float]:
+    """The machine's busy CPU seconds since boot (all cores: user, nice, system, irq, softirq), and Docker's
+    containers' where their cgroup is readable (cgroup v1)."""
+    found: dict[str, float] = {}
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        found["machine"] = sum(int(fields[i]) for i in (1, 2, 3, 6, 7)) / os.sysconf("SC_CLK_TCK")
+    with contextlib.suppress(OSError, ValueError):
+        found["containers"] = int(DOCKER_CPU.read_text()) / 1e9
+    return found
 
 
 def _free_bytes(path: Path) -> int:
@@ -111,6 +130,8 @@ class Runner:
         self.results: list[Result] = []
         self.start_free = _free_bytes(root)
         self.min_free = self.start_free
+        self.start_cpu = _cpu_seconds()
+        self.created = time.monotonic()
         self.stop = threading.Event()
 
     def say(self, text: str) -> None:
@@ -143,6 +164,7 @@ class Runner:
             self.running[stage.name] = (started, log)
         self.say(f"\n==> {stage.name}: {stage.description} [{_gib(_free_bytes(self.root))} GiB free]")
         steps: dict[str, float] = {}
+        cpu: dict[str, float] = {}
         failed = ""
         with open(log, "w") as out:
             try:
@@ -150,7 +172,7 @@ class Runner:
                     step_started = time.monotonic()
                     out.write(f"\n### {step.name}: {step.command}\n")
                     out.flush()
-                    code = subprocess.run(
+                    proc = subprocess.Popen(
                         step.command,
                         shell=True,
                         cwd=self.root,
@@ -158,9 +180,13 @@ class Runner:
                         stdout=out,
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
-                        check=False,
-                    ).returncode
+                    )
+                    # wait4: the step's CPU time with every descendant it waited for (Ansible and its workers,
+                    # the docker CLI, pytest; not what runs inside the containers).
+                    _, status, usage = os.wait4(proc.pid, 0)
+                    proc.returncode = code = os.waitstatus_to_exitcode(status)
                     steps[step.name] = time.monotonic() - step_started
+                    cpu[step.name] = usage.ru_utime + usage.ru_stime
                     if code != 0:
                         failed = f"{step.name} (exit {code})"
                         break
@@ -183,7 +209,7 @@ class Runner:
         seconds = time.monotonic() - started
         with self.lock:
             del self.running[stage.name]
-        result = Result(stage.name, not failed, seconds, steps, failed, log)
+        result = Result(stage.name, not failed, seconds, steps, failed, log, cpu)
         if failed:
             self.say(
                 f"\n<== {stage.name}: FAILED at {failed} after {seconds:.0f} s "
@@ -240,6 +266,26 @@ class Runner:
         self.stop.set()
         self.min_free = min(self.min_free, _free_bytes(self.root))
         return self.results
+
+    def start(self, stages: list[Stage], progress_every: float = 60.0) -> Callable[[], list[Result]]:
+        """Run `stages` in the background (as `run` does); returns a call that waits for them and gives their
+        results. `./toolkit test` runs the stages that need no container (lint, most unit tests) this way while
+        it prepares the images and fixtures."""
+        done: list[Result] = []
+        thread = threading.Thread(target=lambda: done.extend(self.run(stages, progress_every)), daemon=True)
+        thread.start()
+
+        def wait() -> list[Result]:
+            thread.join()
+            return done
+
+        return wait
+
+    def cpu_used(self) -> dict[str, float]:
+        """CPU seconds the whole machine spent since the runner was made (`machine`: every core's busy time),
+        and what of it ran in Docker's containers (`containers`, where the cgroup is readable)."""
+        now = _cpu_seconds()
+        return {key: now[key] - self.start_cpu[key] for key in now if key in self.start_cpu}
 
     @property
     def peak_used(self) -> int:
@@ -305,9 +351,17 @@ def write_report(
             and (rerun := idempotent_rerun(r.log, r.stage[len("molecule ") :])) is not None
         },
         "stages": {
-            r.stage: {"ok": r.ok, "seconds": round(r.seconds, 1), "steps": {k: round(v, 1) for k, v in r.steps.items()}}
+            r.stage: {
+                "ok": r.ok,
+                "seconds": round(r.seconds, 1),
+                "steps": {k: round(v, 1) for k, v in r.steps.items()},
+                "controller_cpu_seconds": round(sum(r.cpu.values()), 1),
+            }
             for r in results
         },
+        # The stages' wall time (the lanes), and the CPU time the machine spent in it (Runner.cpu_used).
+        "stages_seconds": round(time.monotonic() - runner.created, 1),
+        "cpu_seconds": {k: round(v, 1) for k, v in runner.cpu_used().items()},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")

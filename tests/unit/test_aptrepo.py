@@ -21,6 +21,9 @@ import pytest
 
 from testbed import aptrepo, fixtures, sandbox
 
+# The repository is part of the fixture mirror: these run after `./toolkit test` built it (its `fixtures` stage).
+pytestmark = pytest.mark.prepared
+
 ROOT = Path(__file__).resolve().parents[2]
 KEYRING_SCRIPT = ROOT / "roles" / "nvidia_repo" / "files" / "trust_key.sh"
 CATALOG = fixtures.load_catalog()

@@ -151,6 +151,7 @@ def test_debs_are_pinned_by_sha256():
         assert deb.package.endswith(f"-{driver_fixture.BRANCH}")
 
 
+@pytest.mark.prepared
 def test_real_fixture_carries_nvidias_binaries_and_module_sources(catalog):
     """The runfile fixture of the mirror (built, or reused from the cache, by build_mirror)."""
     root = fixtures.build_mirror()

@@ -30,6 +30,9 @@ import yaml
 from testbed import driver_fixture, fixtures, mirror, scenarios
 from tests.conftest import unpinned_files
 
+# Most of these tests read the fixture mirror: they run after `./toolkit test` built it (its `fixtures` stage).
+pytestmark = pytest.mark.prepared
+
 ELF_MAGIC = b"\x7fELF"
 CATALOG = fixtures.load_catalog()
 CUDNN_TARBALLS = sorted(e["tarball"]["file"] for e in CATALOG["cudnn"].values() if "tarball" in e)

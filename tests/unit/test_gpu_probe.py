@@ -273,6 +273,7 @@ def real_libcuda(tmp_path: Path) -> Path | None:
     return found[0] if found else None
 
 
+@pytest.mark.prepared  # the .deb comes with the driver fixture (the prepare step's)
 def test_real_libcuda_reports_no_device(tmp_path):
     """The issue's requirement: in this sandbox the real driver library says CUDA_ERROR_NO_DEVICE (100).
 

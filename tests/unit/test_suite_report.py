@@ -68,3 +68,52 @@ def test_the_report_lists_the_reruns_of_the_molecule_stages(tmp_path):
     runner = suite.Runner(tmp_path, tmp_path / "logs", {})
     report = suite.write_report(tmp_path / "report.json", {}, results, runner, 1000.0)
     assert report["idempotent_reruns"] == {"default": {"seconds": 57.3, "ok": 189, "changed": 0, "skipped": 139}}
+
+
+def _stage(name: str, *commands: str) -> suite.Stage:
+    return suite.Stage(name, name, [suite.Step(f"{name}-{i}", command) for i, command in enumerate(commands)])
+
+
+def test_each_step_reports_the_cpu_its_processes_used_outside_the_containers(tmp_path):
+    """A busy step's CPU (in a grandchild the shell waits for) is counted, a sleeping one's is not; a failed
+    step's exit status stops its stage and is reported."""
+    runner = suite.Runner(tmp_path, tmp_path / "logs", {"PATH": "/usr/bin:/bin"}, lanes=2)
+    busy = "python3 -c 'import time; t = time.process_time(); exec(\"while time.process_time() - t < 1.0: pass\")'"
+    results = {r.stage: r for r in runner.run([_stage("busy", busy), _stage("idle", "sleep 1", "exit 3", "true")])}
+    assert results["busy"].ok and results["busy"].cpu["busy-0"] >= 0.9, results["busy"]
+    idle = results["idle"]
+    assert not idle.ok and idle.failed_step == "idle-1 (exit 3)", idle
+    assert idle.cpu["idle-0"] < 0.5 and set(idle.cpu) == {"idle-0", "idle-1"}, idle
+    report = suite.write_report(tmp_path / "report.json", {}, list(results.values()), runner, 10.0)
+    assert report["stages"]["busy"]["controller_cpu_seconds"] >= 0.9
+    assert report["cpu_seconds"]["machine"] >= 0.9  # the whole machine was busy at least that long
+
+
+def test_stages_started_in_the_background_give_their_results_when_waited_for(tmp_path):
+    runner = suite.Runner(tmp_path, tmp_path / "logs", {"PATH": "/usr/bin:/bin"}, lanes=1)
+    flag = tmp_path / "flag"
+    wait = runner.start([_stage("first", f"touch {flag}"), _stage("second", f"test -f {flag}")])
+    results = wait()
+    assert [(r.stage, r.ok) for r in results] == [("first", True), ("second", True)]
+    assert (tmp_path / "logs" / "second.log").read_text().count("### second-0") == 1
+
+
+def test_the_unit_stage_refuses_to_build_the_mirror_and_names_the_marker(monkeypatch, tmp_path):
+    """`./toolkit test` runs the unit tests not marked `prepared` while it builds the fixture mirror: one of
+    them that reads the mirror fails at once, naming the marker, instead of racing the build."""
+    from testbed import fixtures, scenarios
+
+    monkeypatch.setenv("MSGPU_NO_MIRROR_BUILD", "1")
+    try:
+        fixtures.build_mirror(cache=tmp_path)
+    except fixtures.FixtureError as exc:
+        assert "@pytest.mark.prepared" in str(exc) and "`fixtures` stage" in str(exc)
+    else:
+        raise AssertionError("build_mirror ran with MSGPU_NO_MIRROR_BUILD set")
+    assert not (tmp_path / "mirror").exists()
+    monkeypatch.setattr(scenarios, "isolated_copy", lambda: tmp_path / "copy")
+    unit, prepared = scenarios.unit_stages({})
+    assert unit.steps[0].env["MSGPU_NO_MIRROR_BUILD"] == "1" and "-m 'not prepared'" in unit.steps[0].command
+    assert "MSGPU_NO_MIRROR_BUILD" not in prepared.steps[0].env and "-m prepared" in prepared.steps[0].command
+    for stage in (unit, prepared):  # both in the one copy of the tree
+        assert stage.steps[0].command.startswith(f"cd {tmp_path / 'copy'} && pytest "), stage.steps[0].command
