@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Read-only probe of the files the `cuda_library` role installs (cuDNN, NCCL); runs on the managed host.
 
-    library_probe.py state NAME PREFIX      JSON: the install marker, the recorded files, the missing ones
+    library_probe.py state NAME PREFIX [LIBRARY ARTIFACT]
+                                            JSON: the install marker, the recorded files, the missing ones;
+                                            with LIBRARY and ARTIFACT also whether ARTIFACT (the archive the
+                                            host's artifact cache may still hold) exists, and, where a marker
+                                            is, what `version NAME LIBRARY` answers, run as a child process
+                                            ({"rc", "stdout", "stderr"}): a re-run reads it all in one call
     library_probe.py version NAME LIBRARY   the version LIBRARY reports: cudnnGetVersion() (CUDNN_VERSION,
                                             e.g. 8500 for cuDNN 8.5.0) or ncclGetVersion() (NCCL_VERSION_CODE,
                                             e.g. 21403 for NCCL 2.14.3)
@@ -18,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import subprocess
 import sys
 from typing import Any, Callable
 
@@ -56,13 +62,30 @@ def recorded_files(name: str, prefix: str) -> list[str]:
     return files
 
 
-def state(name: str, prefix: str) -> dict[str, Any]:
+def state(name: str, prefix: str, library: str = "", artifact: str = "") -> dict[str, Any]:
     files = recorded_files(name, prefix)
-    return {
+    found: dict[str, Any] = {
         "marker": read_text(os.path.join(prefix, marker_name(name))).strip(),
         "files": files,
         "missing": [entry for entry in files if not os.path.lexists(os.path.join(prefix, entry))],
     }
+    if library:
+        found["artifact"] = bool(artifact) and os.path.lexists(artifact)
+        found["version"] = loaded_version(name, library) if found["marker"] else None
+    return found
+
+
+def loaded_version(name: str, library: str) -> dict[str, Any]:
+    """`version NAME LIBRARY` in a child process (cuDNN aborts the process that loads it when a sub-library
+    is missing): its exit status, output and error output."""
+    child = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "version", name, library],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return {"rc": child.returncode, "stdout": child.stdout, "stderr": child.stderr}
 
 
 def cudnn_version(library: str) -> int:
@@ -89,6 +112,9 @@ VERSION_FUNCTIONS: dict[str, Callable[[str], int]] = {"cudnn": cudnn_version, "n
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 6 and argv[1] == "state" and argv[2] in VERSION_FUNCTIONS:
+        print(json.dumps(state(*argv[2:])))
+        return 0
     if len(argv) == 4 and argv[2] in VERSION_FUNCTIONS:
         command, name, path = argv[1:]
         if command == "state":
