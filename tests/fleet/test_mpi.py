@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 from testbed import fleet as testbed_fleet  # noqa: E402
 from testbed import sandbox  # noqa: E402
 from tests.conftest import unpinned_files  # noqa: E402
+from tests.integration.conftest import Host, refuse_together  # noqa: E402
 
 MPI_USER = "msgpu"
 HOSTFILE = "/etc/msgpu/mpi/hostfile"
@@ -163,27 +164,41 @@ def test_mpi_check_names_a_host_whose_sshd_is_stopped(cluster):
     assert [h["host"] for h in result["hosts"] if h["ssh"].startswith("FAIL")] == [silent]
 
 
-@pytest.mark.parametrize(
-    ("extra_vars", "allowed"),
-    [
-        ({"openmpi_slots_no_gpu": 0}, "allowed: a positive whole number"),
-        ({"openmpi_slots_no_gpu": "two"}, "cannot be converted to an int"),
-        ({"openmpi_user": ""}, "allowed: the name of an unprivileged local account"),
-        ({"openmpi_user": "root"}, "allowed: the name of an unprivileged local account"),
-        ({"openmpi_user": "nosuchuser", "openmpi_user_create": False}, "or set openmpi_user_create: true"),
-        ({"openmpi_hostfile": "mpi/hosts"}, "allowed: an absolute path"),
-    ],
-    ids=["slots-zero", "slots-word", "user-empty", "user-root", "user-missing", "hostfile-relative"],
-)
-def test_bad_settings_are_refused_before_any_change(cluster, extra_vars, allowed):
+# Bad settings of the openmpi role: (settings, what the refusal must say is allowed).
+BAD_SETTINGS = {
+    "slots-zero": ({"openmpi_slots_no_gpu": 0}, "allowed: a positive whole number"),
+    "slots-word": ({"openmpi_slots_no_gpu": "two"}, "cannot be converted to an int"),
+    "user-empty": ({"openmpi_user": ""}, "allowed: the name of an unprivileged local account"),
+    "user-root": ({"openmpi_user": "root"}, "allowed: the name of an unprivileged local account"),
+    "user-missing": ({"openmpi_user": "nosuchuser", "openmpi_user_create": False}, "or set openmpi_user_create: true"),
+    "hostfile-relative": ({"openmpi_hostfile": "mpi/hosts"}, "allowed: an absolute path"),
+}
+
+
+@pytest.fixture(scope="module")
+def refused(cluster, catalog, tmp_path_factory) -> dict:
+    """Every bad setting refused by openmpi.yml, in as few runs as the checks allow: each case is an inventory
+    host of its own with its settings as host vars, all reaching the first fleet host (refuse_together); the
+    hostfile of every host before and after, and each run's changed counts."""
+    first = cluster.hosts[0]
     before = {h: read(h, HOSTFILE) for h in cluster.hosts}
-    run = playbook("openmpi.yml", cluster.inventory, extra_vars)
-    assert run.rc != 0
-    message = " ".join(run.output.split())
-    assert all(name in message for name in extra_vars) and allowed in message, run.output[-3000:]
-    assert set(run.changed().values()) == {0}, run.output[-3000:]
-    assert {h: read(h, HOSTFILE) for h in cluster.hosts} == before
-    assert sh(cluster.hosts[0], "getent passwd nosuchuser").returncode == 2
+    pinned = {"stack_artifact_checksums": {name: "ab" * 32 for name in unpinned_files(catalog)}}
+    cases = {name: settings for name, (settings, _) in BAD_SETTINGS.items()}
+    found = refuse_together(Host(first), tmp_path_factory.mktemp("mpi-refused"), cases, pinned, "openmpi.yml")
+    after = {h: read(h, HOSTFILE) for h in cluster.hosts}
+    return {"cases": found, "before": before, "after": after, "host": first}
+
+
+@pytest.mark.parametrize("case", list(BAD_SETTINGS))
+def test_bad_settings_are_refused_before_any_change(refused, case):
+    settings, allowed = BAD_SETTINGS[case]
+    assert case in refused["cases"], f"{case} ({settings}) was not refused"
+    mine = " ".join(" ".join(refused["cases"][case].lines).split())
+    assert all(name in mine for name in settings) and allowed in mine, (mine, refused["cases"][case].output[-3000:])
+    output = refused["cases"][case].output
+    assert set(Run(1, output, 0).changed().values()) == {0}, output[-3000:]
+    assert refused["after"] == refused["before"]
+    assert sh(refused["host"], "getent passwd nosuchuser").returncode == 2
 
 
 def test_absent_removes_what_the_role_added_and_nothing_else(cluster):
