@@ -315,7 +315,7 @@ def prepare_standalone(image: str) -> Path:
 # modules marked `extended` (registered in pyproject.toml: tests/system/test_driver_upgrade.py,
 # tests/system/test_serving_cpu_steps.py): the costliest parts (cold DKMS builds of another driver branch, a
 # second MindSpore stack) whose product paths the CI run still converges or checks by other means
-# (docs/testing.md, "The full suite"). On CI's two cores the rest takes about an hour (measured 2026-12-02).
+# (docs/testing.md, "The full suite"). On CI's two cores the rest takes about 50 minutes (measured 2026-12-03).
 EXTENDED_MARKER = "extended"
 EXTENDED_STAGES = ("serving",)
 
