@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 from testbed import fleet as testbed_fleet  # noqa: E402
 from testbed import sandbox  # noqa: E402
 from tests.conftest import unpinned_files  # noqa: E402
-from tests.integration.conftest import Host, refuse_together  # noqa: E402
+from tests.integration.conftest import Host, pinned_stand_ins, refuse_together  # noqa: E402
 
 MPI_USER = "msgpu"
 HOSTFILE = "/etc/msgpu/mpi/hostfile"
@@ -182,9 +182,9 @@ def refused(cluster, catalog, tmp_path_factory) -> dict:
     hostfile of every host before and after, and each run's changed counts."""
     first = cluster.hosts[0]
     before = {h: read(h, HOSTFILE) for h in cluster.hosts}
-    pinned = {"stack_artifact_checksums": {name: "ab" * 32 for name in unpinned_files(catalog)}}
     cases = {name: settings for name, (settings, _) in BAD_SETTINGS.items()}
-    found = refuse_together(Host(first), tmp_path_factory.mktemp("mpi-refused"), cases, pinned, "openmpi.yml")
+    folder = tmp_path_factory.mktemp("mpi-refused")
+    found = refuse_together(Host(first), folder, cases, pinned_stand_ins(catalog), "openmpi.yml")
     after = {h: read(h, HOSTFILE) for h in cluster.hosts}
     return {"cases": found, "before": before, "after": after, "host": first}
 
