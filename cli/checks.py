@@ -138,6 +138,7 @@ def test(
         wanted = ("cache hit", "cache miss", "cache size")
         print("\nThe test bed's compiler cache (ccache: the DKMS builds of the scenarios and the fabric manager test):")
         print("\n".join(f"  {line}" for line in stats.splitlines() if line.startswith(wanted)))
+        print(f"  conftest probes remembered          {sandbox.remembered_probes()}")
     print(
         f"Peak disk used by the run: {report['peak_disk_used_with_caches_gib']} GiB with the caches the prepare step "
         f"built (free before it {report['free_disk_before_prepare_gib']} GiB), {report['peak_disk_used_gib']} GiB by "

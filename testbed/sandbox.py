@@ -105,12 +105,47 @@ RECIPE_VERSION = 4
 # only when /ccache is mounted, and the real compiler otherwise. Nothing of this is part of the product.
 # The molecule scenarios' platforms mount this same folder (molecule/*/molecule.yml: `volumes`).
 COMPILER_CACHE = ROOT / ".cache" / "ccache"
-COMPILER_WRAPPER = """#!/bin/sh
+COMPILER_WRAPPER = r"""#!/bin/sh
 # Test bed only (testbed/sandbox.py): gcc-9 through ccache when the compiler cache is mounted.
-if [ -d /ccache ] && [ -x /usr/bin/ccache ]; then
-    CCACHE_DIR=/ccache exec /usr/bin/ccache /usr/bin/gcc-9.real "$@"
+[ -d /ccache ] && [ -x /usr/bin/ccache ] || exec /usr/bin/gcc-9.real "$@"
+export CCACHE_DIR=/ccache
+# NVIDIA's conftest.sh probes the kernel with about 200 compiles per module build, each of a new
+# conftest<PID>.c whose PID is in the arguments too (KBUILD_BASENAME), so ccache never finds one
+# again; and most probes are meant to fail, which ccache does not keep. Probes are remembered here,
+# keyed by the arguments and the probe's source with the PID taken out, and the build's
+# conftest/headers.h: a known probe gives the same exit status, output and files (its object file,
+# named for the new PID) without compiling.
+probe=""
+for arg in "$@"; do
+    case "$arg" in conftest[0-9]*.c) probe="$arg" ;; esac
+done
+pid=${probe#conftest}
+pid=${pid%.c}
+case "$pid" in "" | *[!0-9]*) exec /usr/bin/ccache /usr/bin/gcc-9.real "$@" ;; esac
+[ -f "$probe" ] || exec /usr/bin/ccache /usr/bin/gcc-9.real "$@"
+key=$({ printf '%s\n' "$@"; cat "$probe" conftest/headers.h 2>/dev/null; } | sed "s/conftest[0-9][0-9]*/conftest/g" \
+    | sha256sum | cut -c1-64)
+known=/ccache/conftest-probes/$key
+if [ -f "$known/status" ]; then
+    for file in "$known"/conftest*; do
+        [ -f "$file" ] && cp "$file" "conftest$pid${file##*/conftest}"
+    done
+    cat "$known/stdout"
+    cat "$known/stderr" >&2
+    exit "$(cat "$known/status")"
 fi
-exec /usr/bin/gcc-9.real "$@"
+mkdir -p /ccache/conftest-probes
+work=$(mktemp -d /ccache/conftest-probes/.new.XXXXXX) || exec /usr/bin/ccache /usr/bin/gcc-9.real "$@"
+/usr/bin/ccache /usr/bin/gcc-9.real "$@" >"$work/stdout" 2>"$work/stderr"
+status=$?
+cat "$work/stdout"
+cat "$work/stderr" >&2
+for file in "conftest$pid" "conftest$pid".*; do
+    [ -f "$file" ] && [ "$file" != "$probe" ] && cp "$file" "$work/conftest${file#conftest$pid}"
+done
+echo "$status" >"$work/status"
+mv -T "$work" "$known" 2>/dev/null || rm -rf "$work"
+exit "$status"
 """
 # Kernel module builds: the same tree at the same path in every container; DKMS's conftest files are new.
 COMPILER_CACHE_CONF = (
@@ -296,6 +331,11 @@ def compiler_cache_dir() -> Path:
     COMPILER_CACHE.mkdir(parents=True, exist_ok=True)
     (COMPILER_CACHE / "ccache.conf").write_text(COMPILER_CACHE_CONF)
     return COMPILER_CACHE
+
+
+def remembered_probes() -> int:
+    """How many of NVIDIA's conftest probes the compiler wrapper remembers (COMPILER_WRAPPER)."""
+    return len(list((COMPILER_CACHE / "conftest-probes").glob("*/status")))
 
 
 def compiler_cache_stats(flavour: str = "focal") -> str:
