@@ -6,6 +6,7 @@ fatal to the probe), and whether the host's artifact cache still holds the archi
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -35,17 +36,20 @@ def _library(tmp_path: Path, name: str, source: str) -> Path:
     return built
 
 
-def _state(*args: str) -> dict:
-    done = subprocess.run([sys.executable, str(PROBE), "state", *args], capture_output=True, text=True, check=True)
+def _state(*args: str, as_source: bool = False) -> dict:
+    """The probe as a file, or (as_source) as the role runs it: `python3 -c SOURCE state ...`."""
+    program = ["-c", PROBE.read_text()] if as_source else [str(PROBE)]
+    done = subprocess.run([sys.executable, *program, "state", *args], capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 
 
-def test_state_reads_the_installed_version_and_the_cached_archive(tmp_path):
+@pytest.mark.parametrize("as_source", [False, True], ids=["file", "source"])
+def test_state_reads_the_installed_version_and_the_cached_archive(tmp_path, as_source):
     library = _library(tmp_path, "libnccl.so.2", NCCL)
     (tmp_path / ".msgpu-nccl").write_text("ab" * 32 + "\n")
     (tmp_path / ".msgpu-nccl.files").write_text("lib64/libnccl.so.2\ninclude/nccl.h\n")
     archive = tmp_path / "nccl.txz"
-    found = _state("nccl", str(tmp_path), str(library), str(archive))
+    found = _state("nccl", str(tmp_path), str(library), str(archive), as_source=as_source)
     assert found["marker"] == "ab" * 32 and found["missing"] == ["include/nccl.h"]
     assert found["artifact"] is False
     assert found["version"]["rc"] == 0 and found["version"]["stdout"].strip() == "21403", found
@@ -55,13 +59,31 @@ def test_state_reads_the_installed_version_and_the_cached_archive(tmp_path):
     assert set(_state("nccl", str(tmp_path))) == {"marker", "files", "missing"}
 
 
-def test_a_library_that_aborts_is_reported_by_the_probe_that_survives_it(tmp_path):
+@pytest.mark.parametrize("as_source", [False, True], ids=["file", "source"])
+def test_a_library_that_aborts_is_reported_by_the_probe_that_survives_it(tmp_path, as_source):
     library = _library(tmp_path, "libcudnn.so.8", CUDNN_ABORTS)
     (tmp_path / ".msgpu-cudnn").write_text("cd" * 32)
-    found = _state("cudnn", str(tmp_path), str(library), str(tmp_path / "cudnn.tgz"))
+    found = _state("cudnn", str(tmp_path), str(library), str(tmp_path / "cudnn.tgz"), as_source=as_source)
     assert found["version"]["rc"] != 0 and "libcublas.so.11" in found["version"]["stderr"], found
 
 
 def test_without_a_marker_nothing_is_loaded(tmp_path):
     found = _state("cudnn", str(tmp_path), str(tmp_path / "lib64" / "libcudnn.so.8"), str(tmp_path / "a.tgz"))
     assert found == {"marker": "", "files": [], "missing": [], "artifact": False, "version": None}
+
+
+# Programs the roles hand to python3 as an argument or on its standard input, read with
+# lookup('ansible.builtin.file', ...) into a module argument: Ansible would template a Jinja delimiter in them.
+PASSED_PROGRAMS = re.compile(r"lookup\('ansible\.builtin\.file', '([^']+\.py)'\)")
+
+
+def test_programs_passed_through_a_lookup_hold_no_jinja_delimiters():
+    found = {
+        (tasks.parents[1] / "files" / name)
+        for tasks in ROOT.glob("roles/*/tasks/*.yml")
+        for name in PASSED_PROGRAMS.findall(tasks.read_text())
+    }
+    assert {path.name for path in found} >= {"library_probe.py", "gpu_check.py", "tensorrt_probe.py"}
+    for path in found:
+        text = path.read_text()
+        assert not any(delimiter in text for delimiter in ("{{", "{%", "{#")), path

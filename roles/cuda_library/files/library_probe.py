@@ -75,11 +75,23 @@ def state(name: str, prefix: str, library: str = "", artifact: str = "") -> dict
     return found
 
 
+def own_command() -> list[str]:
+    """How to run this program again: its file, or its source where it runs as `python3 -c SOURCE ...`
+    (as the role runs it: one call on the host, where the script module makes three)."""
+    if "__file__" in globals():
+        return [sys.executable, os.path.abspath(__file__)]
+    with open("/proc/self/cmdline", "rb") as cmdline:
+        interpreter_arguments = cmdline.read().split(b"\0")
+    if len(interpreter_arguments) < 3 or interpreter_arguments[1] != b"-c":
+        raise SystemExit("library_probe.py: run it as a file or as `python3 -c SOURCE`")
+    return [sys.executable, "-c", interpreter_arguments[2].decode()]
+
+
 def loaded_version(name: str, library: str) -> dict[str, Any]:
     """`version NAME LIBRARY` in a child process (cuDNN aborts the process that loads it when a sub-library
     is missing): its exit status, output and error output."""
     child = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "version", name, library],
+        [*own_command(), "version", name, library],
         capture_output=True,
         text=True,
         timeout=300,
