@@ -111,7 +111,7 @@ COMPILER_WRAPPER = r"""#!/bin/sh
 export CCACHE_DIR=/ccache
 # NVIDIA's conftest.sh probes the kernel with about 200 compiles per module build, each of a new
 # conftest<PID>.c whose PID is in the arguments too (KBUILD_BASENAME), so ccache never finds one
-# again; and most probes are meant to fail, which ccache does not keep. Probes are remembered here,
+# again; and about half fail by design, which ccache does not keep. Probes are remembered here,
 # keyed by the arguments and the probe's source with the PID taken out, and the build's
 # conftest/headers.h: a known probe gives the same exit status, output and files (its object file,
 # named for the new PID) without compiling.
@@ -121,8 +121,8 @@ for arg in "$@"; do
 done
 pid=${probe#conftest}
 pid=${pid%.c}
-case "$pid" in "" | *[!0-9]*) exec /usr/bin/ccache /usr/bin/gcc-9.real "$@" ;; esac
-[ -f "$probe" ] || exec /usr/bin/ccache /usr/bin/gcc-9.real "$@"
+case "$pid" in "" | *[!0-9]*) probe="" ;; esac
+[ -n "$probe" ] && [ -f "$probe" ] || exec /usr/bin/ccache /usr/bin/gcc-9.real "$@"
 key=$({ printf '%s\n' "$@"; cat "$probe" conftest/headers.h 2>/dev/null; } | sed "s/conftest[0-9][0-9]*/conftest/g" \
     | sha256sum | cut -c1-64)
 known=/ccache/conftest-probes/$key

@@ -6,7 +6,6 @@ fatal to the probe), and whether the host's artifact cache still holds the archi
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -70,20 +69,3 @@ def test_a_library_that_aborts_is_reported_by_the_probe_that_survives_it(tmp_pat
 def test_without_a_marker_nothing_is_loaded(tmp_path):
     found = _state("cudnn", str(tmp_path), str(tmp_path / "lib64" / "libcudnn.so.8"), str(tmp_path / "a.tgz"))
     assert found == {"marker": "", "files": [], "missing": [], "artifact": False, "version": None}
-
-
-# Programs the roles hand to python3 as an argument or on its standard input, read with
-# lookup('ansible.builtin.file', ...) into a module argument: Ansible would template a Jinja delimiter in them.
-PASSED_PROGRAMS = re.compile(r"lookup\('ansible\.builtin\.file', '([^']+\.py)'\)")
-
-
-def test_programs_passed_through_a_lookup_hold_no_jinja_delimiters():
-    found = {
-        (tasks.parents[1] / "files" / name)
-        for tasks in ROOT.glob("roles/*/tasks/*.yml")
-        for name in PASSED_PROGRAMS.findall(tasks.read_text())
-    }
-    assert {path.name for path in found} >= {"library_probe.py", "gpu_check.py", "tensorrt_probe.py"}
-    for path in found:
-        text = path.read_text()
-        assert not any(delimiter in text for delimiter in ("{{", "{%", "{#")), path

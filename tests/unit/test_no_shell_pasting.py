@@ -12,6 +12,7 @@ add `| quote`.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import jinja2
@@ -217,3 +218,20 @@ def test_no_setting_is_pasted_into_a_command(path: Path):
 def test_the_scanner_on_examples(task, unsafe):
     found = [expr for _, text in command_strings([task]) for expr in unsafe_expressions(text)]
     assert bool(found) == unsafe, found
+
+
+# Programs the roles hand to python3 as an argument or on its standard input, read with
+# lookup('ansible.builtin.file', ...) into a module argument: Ansible would template a Jinja delimiter in them.
+PASSED_PROGRAMS = re.compile(r"lookup\('ansible\.builtin\.file', '([^']+\.py)'\)")
+
+
+def test_programs_passed_through_a_lookup_hold_no_jinja_delimiters():
+    found = {
+        (source.parents[1] / "files" / name)
+        for source in [*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/vars/*.yml")]
+        for name in PASSED_PROGRAMS.findall(source.read_text())
+    }
+    assert {path.name for path in found} >= {"library_probe.py", "gpu_check.py", "tensorrt_probe.py"}
+    for path in found:
+        text = path.read_text()
+        assert not any(delimiter in text for delimiter in ("{{", "{%", "{#")), path
