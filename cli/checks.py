@@ -125,6 +125,9 @@ def test(
             f"({used['machine'] / max(1.0, report['stages_seconds'] * (os.cpu_count() or 1)):.0%} of "
             f"{os.cpu_count()} cores)"
         )
+    if report["container_cpu_seconds"]:
+        top = list(report["container_cpu_seconds"].items())[:12]
+        print("  by container (sampled every 3 s): " + ", ".join(f"{name} {sec:.0f} s" for name, sec in top))
     if report["idempotent_reruns"]:
         print("\nIdempotent re-runs of site.yml (molecule's idempotence step, changed=0 wanted; beside another stage):")
         for name, rerun in report["idempotent_reruns"].items():

@@ -75,6 +75,30 @@ def _cpu_seconds() -> dict[str, float]:
     return found
 
 
+def _container_cpu() -> dict[str, float]:
+    """CPU seconds of each running container so far (cgroup v1: docker/<id>/cpuacct.usage), by full ID."""
+    found: dict[str, float] = {}
+    for usage in DOCKER_CPU.parent.glob("*/cpuacct.usage"):
+        with contextlib.suppress(OSError, ValueError):
+            found[usage.parent.name] = int(usage.read_text()) / 1e9
+    return found
+
+
+def _container_name(container_id: str) -> str:
+    """The container's name (without Docker's leading slash), or its short ID once it is gone."""
+    try:
+        done = subprocess.run(
+            ["docker", "inspect", "--format", "{{.Name}}", container_id],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return container_id[:12]
+    return done.stdout.strip().lstrip("/") or container_id[:12]
+
+
 def _free_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
@@ -133,16 +157,39 @@ class Runner:
         self.start_cpu = _cpu_seconds()
         self.created = time.monotonic()
         self.stop = threading.Event()
+        # Each container's CPU seconds as last sampled (by ID; a container's cgroup goes with it, so a short-lived
+        # one's last few seconds are missed), and its name, read once when it first appears.
+        self.container_cpu: dict[str, float] = {}
+        self.container_names: dict[str, str] = {}
 
     def say(self, text: str) -> None:
         with self.lock:
             print(text, flush=True)
 
     def _sample_disk(self) -> None:
+        """Every 3 s: the free disk, and each container's CPU time (the containers' share by name at the end)."""
         while not self.stop.wait(3.0):
-            free = _free_bytes(self.root)
-            with self.lock:
-                self.min_free = min(self.min_free, free)
+            self.sample()
+
+    def sample(self) -> None:
+        free = _free_bytes(self.root)
+        cpu = _container_cpu()
+        names = {cid: _container_name(cid) for cid in cpu if cid not in self.container_names}
+        with self.lock:
+            self.min_free = min(self.min_free, free)
+            self.container_names.update(names)
+            for cid, seconds in cpu.items():
+                self.container_cpu[cid] = max(seconds, self.container_cpu.get(cid, 0.0))
+
+    def cpu_by_container(self) -> dict[str, float]:
+        """CPU seconds each container name used while the runner ran (containers that share a name over the run,
+        one after another, add up), most first."""
+        totals: dict[str, float] = {}
+        with self.lock:
+            for cid, seconds in self.container_cpu.items():
+                name = self.container_names.get(cid, cid[:12])
+                totals[name] = totals.get(name, 0.0) + seconds
+        return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
     def _progress(self, every: float) -> None:
         while not self.stop.wait(every):
@@ -362,6 +409,7 @@ def write_report(
         # The stages' wall time (the lanes), and the CPU time the machine spent in it (Runner.cpu_used).
         "stages_seconds": round(time.monotonic() - runner.created, 1),
         "cpu_seconds": {k: round(v, 1) for k, v in runner.cpu_used().items()},
+        "container_cpu_seconds": {k: round(v, 1) for k, v in runner.cpu_by_container().items()},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")

@@ -117,3 +117,33 @@ def test_the_unit_stage_refuses_to_build_the_mirror_and_names_the_marker(monkeyp
     assert "MSGPU_NO_MIRROR_BUILD" not in prepared.steps[0].env and "-m prepared" in prepared.steps[0].command
     for stage in (unit, prepared):  # both in the one copy of the tree
         assert stage.steps[0].command.startswith(f"cd {tmp_path / 'copy'} && pytest "), stage.steps[0].command
+
+
+def test_container_cpu_is_summed_by_name_and_keeps_the_last_sample_of_a_container_gone(tmp_path, monkeypatch):
+    """Two containers of the same name one after another (a host re-created) add up; a container whose cgroup
+    went away keeps its last sampled CPU; each name is read once per container."""
+    cgroups = tmp_path / "docker"
+    monkeypatch.setattr(suite, "DOCKER_CPU", cgroups / "cpuacct.usage")
+    asked: list[str] = []
+    names = {"a" * 64: "msgpu-fleet-1", "b" * 64: "msgpu-fleet-1", "c" * 64: "msgpu-molecule-focal"}
+    monkeypatch.setattr(suite, "_container_name", lambda cid: asked.append(cid) or names[cid])
+
+    def usage(cid: str, seconds: float) -> None:
+        (cgroups / cid).mkdir(parents=True, exist_ok=True)
+        (cgroups / cid / "cpuacct.usage").write_text(f"{int(seconds * 1e9)}\n")
+
+    runner = suite.Runner(tmp_path, tmp_path / "logs", {})
+    usage("a" * 64, 2.0)
+    usage("c" * 64, 10.0)
+    runner.sample()
+    usage("a" * 64, 5.0)
+    runner.sample()
+    for path in (cgroups / ("a" * 64)).iterdir():
+        path.unlink()
+    (cgroups / ("a" * 64)).rmdir()
+    usage("b" * 64, 1.5)
+    runner.sample()
+    assert runner.cpu_by_container() == {"msgpu-molecule-focal": 10.0, "msgpu-fleet-1": 6.5}
+    assert sorted(asked) == sorted(names)
+    report = suite.write_report(tmp_path / "report.json", {}, [], runner, 1.0)
+    assert list(report["container_cpu_seconds"]) == ["msgpu-molecule-focal", "msgpu-fleet-1"]
