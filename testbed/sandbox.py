@@ -12,6 +12,8 @@ Used by the toolkit's tasks (cli/local.py: `./toolkit sandbox up`, `./toolkit pr
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -245,11 +247,29 @@ def _fetch_keyring(distro: Distro, workdir: Path) -> Path:
     return unpacked / distro.keyring_member
 
 
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Hold an exclusive lock on `path` (created if needed): two processes that build the same image (two test
+    runs started at once on a fresh machine) take turns, and the second finds the first one's image."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def build_image(flavour: str = "focal") -> str:
     """Return the tag of the sandbox image, building it (or importing it from the cache) if needed."""
     distro = DISTROS[flavour]
     tag = image_tag(flavour)
     ensure_docker()
+    with _locked(CACHE / "images" / f"{flavour}.lock"):
+        return _build_image(distro, flavour, tag)
+
+
+def _build_image(distro: Distro, flavour: str, tag: str) -> str:
     if run(["docker", "image", "inspect", tag], check=False, capture=True).returncode == 0:
         return tag
     tarball = CACHE / "images" / f"{flavour}-{image_key(distro)}.tar"
