@@ -74,7 +74,8 @@ def test(
         return
     from testbed import sandbox, scenarios, suite  # the containers' suite runs on the test bed
 
-    unit, _ = scenarios.unit_stages(env())
+    # The unit stage's copy of the working tree: not made for one scenario alone (--scenario runs no unit test).
+    unit = scenarios.unit_stages(env())[0] if not scenario else None
     early: list[suite.Stage] = []
     waiting = None
     if not scenario and not only:
@@ -85,27 +86,34 @@ def test(
         early_runner = suite.Runner(ROOT, RESULTS / "test-logs", env(), lanes=1)
         print(f"\nBeside the prepare step: {', '.join(s.name for s in early)} (logs in {early_runner.log_dir})")
         waiting = early_runner.start(early)
-    prepare_started = time.monotonic()
-    free_before_prepare = shutil.disk_usage(ROOT).free  # the caches the prepare step builds count too
-    image = local.sandbox_image()
-    if not scenario:
-        local.sandbox_image("bullseye")
-    stage_env = {"MSGPU_SANDBOX_IMAGE": image}
-    sandbox.compiler_cache_dir()  # the DKMS builds' compiler cache, mounted by the scenarios (testbed/sandbox.py)
-    with local.fixture_mirror() as group_vars:
-        timings["prepare (images, fixtures)"] = time.monotonic() - prepare_started
-        try:
-            stages = scenarios.suite_stages(group_vars, stage_env, scenario, full)
-            if only:
-                stages = scenarios.only_stages([unit, *stages], only)
-        except scenarios.ScenarioError as exc:
-            raise Exit(str(exc), code=1) from exc
-        # Every minute: the controller's artifact cache shares disk blocks with the fixture mirror
-        # (hard links of identical files; scenarios.link_cache_duplicates).
-        runner = suite.Runner(ROOT, RESULTS / "test-logs", env(), lanes=lanes, tick=scenarios.link_cache_duplicates)
-        what = "the full suite" if full else "without the extended tests (--full runs them)"
-        print(f"\n{len(stages)} stages, {lanes} at a time, {what}; logs in {runner.log_dir}", flush=True)
-        results = runner.run(stages)
+    try:
+        prepare_started = time.monotonic()
+        free_before_prepare = shutil.disk_usage(ROOT).free  # the caches the prepare step builds count too
+        image = local.sandbox_image()
+        if not scenario:
+            local.sandbox_image("bullseye")
+        stage_env = {"MSGPU_SANDBOX_IMAGE": image}
+        sandbox.compiler_cache_dir()  # the DKMS builds' compiler cache, mounted by the scenarios (testbed/sandbox.py)
+        with local.fixture_mirror() as group_vars:
+            timings["prepare (images, fixtures)"] = time.monotonic() - prepare_started
+            try:
+                stages = scenarios.suite_stages(group_vars, stage_env, scenario, full)
+                if only:
+                    stages = scenarios.only_stages([*([unit] if unit else []), *stages], only)
+            except scenarios.ScenarioError as exc:
+                raise Exit(str(exc), code=1) from exc
+            # Every minute: the controller's artifact cache shares disk blocks with the fixture mirror
+            # (hard links of identical files; scenarios.link_cache_duplicates).
+            runner = suite.Runner(ROOT, RESULTS / "test-logs", env(), lanes=lanes, tick=scenarios.link_cache_duplicates)
+            what = "the full suite" if full else "without the extended tests (--full runs them)"
+            print(f"\n{len(stages)} stages, {lanes} at a time, {what}; logs in {runner.log_dir}", flush=True)
+            results = runner.run(stages)
+    except Exception:  # Ctrl-C goes to the stages' processes too: nothing to wait for then
+        if waiting is not None:
+            # No orphans: the stages beside the prepare step (lint, unit) finish and report before the error.
+            print("\nThe run stopped early; waiting for the stages beside the prepare step to finish.", flush=True)
+            waiting()
+        raise
     if waiting is not None:
         results = [*waiting(), *results]
     total = time.monotonic() - started
