@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import fcntl
 import gzip
 import hashlib
 import importlib
@@ -1038,18 +1037,6 @@ def read_manifest(mirror_root: Path) -> dict[str, dict[str, Any]]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One build at a time per cache (two test sessions may start together)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 # Fixtures with builders of their own module, built after the ones above (they may reuse them). Each
 # module has `build(cache: Path, root: Path, catalog: dict, force: bool) -> None` (caching on its own,
 # under `root/<source>/...`) and `inventory_vars(root: Path, base_url: str) -> dict`, merged into
@@ -1071,7 +1058,7 @@ def build_mirror(cache: Path = sandbox.CACHE, force: bool = False, catalog_path:
             "mark it @pytest.mark.prepared (it then runs in the `fixtures` stage, after the mirror is built)"
         )
     root = cache / "mirror"
-    with _locked(cache / "mirror.lock"):
+    with sandbox.locked(cache / "mirror.lock"):
         _build_manifest_fixtures(cache, root, force, catalog_path)
         for module in _extra_builders():
             module.build(cache, root, load_catalog(catalog_path), force)

@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -248,9 +248,10 @@ def _fetch_keyring(distro: Distro, workdir: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
-    """Hold an exclusive lock on `path` (created if needed): two processes that build the same image (two test
-    runs started at once on a fresh machine) take turns, and the second finds the first one's image."""
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created if needed): two processes that build the same thing (two test
+    runs started at once on a fresh machine: an image, the fixture mirror) take turns, and the second finds
+    what the first one built."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -265,7 +266,7 @@ def build_image(flavour: str = "focal") -> str:
     distro = DISTROS[flavour]
     tag = image_tag(flavour)
     ensure_docker()
-    with _locked(CACHE / "images" / f"{flavour}.lock"):
+    with locked(CACHE / "images" / f"{flavour}.lock"):
         return _build_image(distro, flavour, tag)
 
 

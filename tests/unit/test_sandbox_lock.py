@@ -15,7 +15,7 @@ HOLDER = """
 import sys, time
 from pathlib import Path
 from testbed import sandbox
-with sandbox._locked(Path(sys.argv[1])):
+with sandbox.locked(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(1.5)
 """
@@ -27,7 +27,7 @@ def test_a_second_process_waits_for_the_lock_the_first_holds(tmp_path):
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         started = time.monotonic()
-        with sandbox._locked(lock):
+        with sandbox.locked(lock):
             waited = time.monotonic() - started
     finally:
         holder.wait(timeout=30)
