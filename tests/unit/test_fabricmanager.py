@@ -1,4 +1,4 @@
-"""NVSwitch hosts and NVIDIA's fabric manager (issue 15, NVSwitch systems): what gpu_check.py reads of
+"""NVSwitch hosts and NVIDIA's fabric manager (issue 15, NVSwitch systems): what host_check.py reads of
 apt (`apt-cache policy`) and how it picks the fabric manager version that equals the driver's, the regex
 the nvidia_driver role applies to the same answer (roles/nvidia_driver/tasks/fabricmanager.yml), and the
 catalog's `fabricmanager` entries. The real packages (focal's 470 installs, focal's 535 is refused) run in
@@ -18,7 +18,7 @@ import yaml
 
 from tests.conftest import ROOT, load_module
 
-GPU_CHECK = ROOT / "roles" / "stack" / "files" / "gpu_check.py"
+GPU_CHECK = ROOT / "roles" / "stack" / "files" / "host_check.py"
 FM_TASKS = ROOT / "roles" / "nvidia_driver" / "tasks" / "fabricmanager.yml"
 
 # `LC_ALL=C apt-cache policy` answers, as focal (Ubuntu's archive) and NVIDIA's CUDA repository give them.
@@ -93,41 +93,41 @@ UNKNOWN = ""  # apt-cache policy of a package apt does not know: nothing on stdo
 
 
 @pytest.fixture(scope="module")
-def gpu_check():
-    return load_module("gpu_check", GPU_CHECK)
+def host_check():
+    return load_module("host_check", GPU_CHECK)
 
 
-def test_upstream_drops_epoch_and_debian_revision(gpu_check):
-    assert gpu_check.upstream("535.230.02-0ubuntu0.20.04.1") == "535.230.02"
-    assert gpu_check.upstream("535.247.01-1") == "535.247.01"
-    assert gpu_check.upstream("1:470.256.02-0ubuntu1") == "470.256.02"
-    assert gpu_check.upstream("470.256.02") == "470.256.02"
-    assert gpu_check.upstream("") == ""
+def test_upstream_drops_epoch_and_debian_revision(host_check):
+    assert host_check.upstream("535.230.02-0ubuntu0.20.04.1") == "535.230.02"
+    assert host_check.upstream("535.247.01-1") == "535.247.01"
+    assert host_check.upstream("1:470.256.02-0ubuntu1") == "470.256.02"
+    assert host_check.upstream("470.256.02") == "470.256.02"
+    assert host_check.upstream("") == ""
 
 
-def test_policy_of_a_package_apt_has_but_not_installed(gpu_check):
-    assert gpu_check.parse_policy(FOCAL_FM_535) == {
+def test_policy_of_a_package_apt_has_but_not_installed(host_check):
+    assert host_check.parse_policy(FOCAL_FM_535) == {
         "installed": "",
         "candidate": "535.247.01-0ubuntu0.20.04.1",
         "versions": ["535.247.01-0ubuntu0.20.04.1"],
     }
 
 
-def test_policy_of_an_installed_package_lists_every_version_once(gpu_check):
-    assert gpu_check.parse_policy(FOCAL_FM_470_INSTALLED) == {
+def test_policy_of_an_installed_package_lists_every_version_once(host_check):
+    assert host_check.parse_policy(FOCAL_FM_470_INSTALLED) == {
         "installed": "470.256.02-0ubuntu0.20.04.1",
         "candidate": "470.256.02-0ubuntu0.20.04.1",
         "versions": ["470.256.02-0ubuntu0.20.04.1", "470.57.02-0ubuntu1"],
     }
 
 
-def test_policy_of_an_unknown_package(gpu_check):
-    assert gpu_check.parse_policy(UNKNOWN) == {"installed": "", "candidate": "", "versions": []}
+def test_policy_of_an_unknown_package(host_check):
+    assert host_check.parse_policy(UNKNOWN) == {"installed": "", "candidate": "", "versions": []}
 
 
-def test_focal_535_has_no_fabric_manager_at_the_drivers_version(gpu_check):
-    found = gpu_check.fabricmanager(
-        gpu_check.parse_policy(FOCAL_FM_535), gpu_check.parse_policy(FOCAL_COMPUTE_535), "libnvidia-compute-535"
+def test_focal_535_has_no_fabric_manager_at_the_drivers_version(host_check):
+    found = host_check.fabricmanager(
+        host_check.parse_policy(FOCAL_FM_535), host_check.parse_policy(FOCAL_COMPUTE_535), "libnvidia-compute-535"
     )
     assert found["match"] == ""
     assert (found["driver_upstream"], found["upstreams"], found["driver_installed"]) == (
@@ -137,41 +137,41 @@ def test_focal_535_has_no_fabric_manager_at_the_drivers_version(gpu_check):
     )
 
 
-def test_focal_470_matches(gpu_check):
-    found = gpu_check.fabricmanager(
-        gpu_check.parse_policy(FOCAL_FM_470_INSTALLED), gpu_check.parse_policy(FOCAL_COMPUTE_470_INSTALLED)
+def test_focal_470_matches(host_check):
+    found = host_check.fabricmanager(
+        host_check.parse_policy(FOCAL_FM_470_INSTALLED), host_check.parse_policy(FOCAL_COMPUTE_470_INSTALLED)
     )
     assert found["match"] == "470.256.02-0ubuntu0.20.04.1"
     assert found["driver_installed"] is True
 
 
-def test_nvidia_repository_matches_the_installed_driver_across_debian_revisions(gpu_check):
+def test_nvidia_repository_matches_the_installed_driver_across_debian_revisions(host_check):
     """The installed driver (535.230.02, held) wins over apt's newer candidate; NVIDIA's -1 package of the
     same upstream version is the one to install."""
-    found = gpu_check.fabricmanager(
-        gpu_check.parse_policy(NVIDIA_FM_535), gpu_check.parse_policy(NVIDIA_COMPUTE_535_INSTALLED)
+    found = host_check.fabricmanager(
+        host_check.parse_policy(NVIDIA_FM_535), host_check.parse_policy(NVIDIA_COMPUTE_535_INSTALLED)
     )
     assert found["driver"] == "535.230.02-0ubuntu1"
     assert found["match"] == "535.230.02-1"
 
 
-def test_an_installed_fabric_manager_at_the_drivers_version_is_kept(gpu_check):
+def test_an_installed_fabric_manager_at_the_drivers_version_is_kept(host_check):
     """An installed fabric manager of the same upstream version is kept, whatever newer revision apt has."""
-    fm = gpu_check.parse_policy(FOCAL_FM_470_INSTALLED)
+    fm = host_check.parse_policy(FOCAL_FM_470_INSTALLED)
     fm["versions"].insert(0, "470.256.02-0ubuntu0.20.04.2")
-    driver = gpu_check.parse_policy(FOCAL_COMPUTE_470_INSTALLED)
-    assert gpu_check.fabricmanager(fm, driver)["match"] == "470.256.02-0ubuntu0.20.04.1"
+    driver = host_check.parse_policy(FOCAL_COMPUTE_470_INSTALLED)
+    assert host_check.fabricmanager(fm, driver)["match"] == "470.256.02-0ubuntu0.20.04.1"
 
 
-def test_no_driver_version_no_match(gpu_check):
-    found = gpu_check.fabricmanager(gpu_check.parse_policy(FOCAL_FM_535), gpu_check.parse_policy(UNKNOWN))
+def test_no_driver_version_no_match(host_check):
+    found = host_check.fabricmanager(host_check.parse_policy(FOCAL_FM_535), host_check.parse_policy(UNKNOWN))
     assert (found["driver"], found["match"]) == ("", "")
 
 
 @pytest.fixture
 def stand_in_apt(tmp_path):
     """An `apt-cache` on PATH that answers `policy PACKAGE` from the answers above (and logs its
-    arguments and locale): gpu_check.py as the preflight runs it, without a Debian host."""
+    arguments and locale): host_check.py as the preflight runs it, without a Debian host."""
     answers = {
         "nvidia-fabricmanager-535": FOCAL_FM_535,
         "libnvidia-compute-535": FOCAL_COMPUTE_535,
@@ -197,7 +197,7 @@ def stand_in_apt(tmp_path):
     return tmp_path
 
 
-def test_gpu_check_reads_each_pair_from_apt(tmp_path, stand_in_apt):
+def test_host_check_reads_each_pair_from_apt(tmp_path, stand_in_apt):
     """The preflight's call: every fabric manager of the method's branches with its driver package."""
     devices = tmp_path / "sys" / "bus" / "pci" / "devices"
     hgx = [(f"0000:{bus:02x}:00.0", "0x20b0", "0x030200") for bus in range(0x07, 0x0F)]  # 8x A100 SXM4
@@ -235,14 +235,14 @@ def test_gpu_check_reads_each_pair_from_apt(tmp_path, stand_in_apt):
     assert set(re.findall(r"LC_ALL=(\S*)", (stand_in_apt / "log").read_text())) == {"C"}
 
 
-def test_gpu_check_without_apt_options_is_unchanged(tmp_path):
+def test_host_check_without_apt_options_is_unchanged(tmp_path):
     result = subprocess.run(
         [sys.executable, str(GPU_CHECK), "--sysfs-root", str(tmp_path)], capture_output=True, text=True, check=True
     )
     assert json.loads(result.stdout) == {"gpus": [], "nvswitches": []}
 
 
-def test_gpu_check_without_apt_cache(tmp_path):
+def test_host_check_without_apt_cache(tmp_path):
     """A host without apt (the preflight refuses its OS anyway): no versions, no crash."""
     result = subprocess.run(
         [sys.executable, str(GPU_CHECK), "--sysfs-root", str(tmp_path), "--fabricmanager", "a=b"],
@@ -267,12 +267,12 @@ def _role_vars() -> dict:
 @pytest.mark.parametrize(
     "answer", [FOCAL_FM_535, FOCAL_FM_470_INSTALLED, NVIDIA_FM_535, NVIDIA_COMPUTE_535_INSTALLED, UNKNOWN]
 )
-def test_the_roles_version_table_regex_agrees_with_gpu_check(gpu_check, answer):
+def test_the_roles_version_table_regex_agrees_with_host_check(host_check, answer):
     pattern = _role_vars()["__nvidia_driver_fm_table_regex"]
     table = re.findall(pattern, answer, re.MULTILINE)
     # The role reads the same versions, in apt's order (the installed one may appear twice there: it
     # comes first anyway).
-    assert list(dict.fromkeys(table)) == gpu_check.parse_policy(answer)["versions"]
+    assert list(dict.fromkeys(table)) == host_check.parse_policy(answer)["versions"]
 
 
 # --- the catalog ------------------------------------------------------------------------------------
@@ -319,19 +319,19 @@ def _driver(branch: str, method: str = "distro") -> dict:
     return {"branch": branch, "method": method, "packages": packages, "minimum": "455.23"}
 
 
-def _focal_scan(gpu_check) -> dict:
-    """gpu_check.py's answer on a focal host with Ubuntu's archive: 470 matches, 535 does not, 570's fabric
+def _focal_scan(host_check) -> dict:
+    """host_check.py's answer on a focal host with Ubuntu's archive: 470 matches, 535 does not, 570's fabric
     manager is unknown to apt."""
-    policy = gpu_check.parse_policy
+    policy = host_check.parse_policy
     return {
         "fabricmanager": {
-            "nvidia-fabricmanager-470": gpu_check.fabricmanager(
+            "nvidia-fabricmanager-470": host_check.fabricmanager(
                 policy(FOCAL_FM_470_INSTALLED), policy(FOCAL_COMPUTE_470_INSTALLED), "libnvidia-compute-470"
             ),
-            "nvidia-fabricmanager-535": gpu_check.fabricmanager(
+            "nvidia-fabricmanager-535": host_check.fabricmanager(
                 policy(FOCAL_FM_535), policy(FOCAL_COMPUTE_535), "libnvidia-compute-535"
             ),
-            "nvidia-fabricmanager-570": gpu_check.fabricmanager(
+            "nvidia-fabricmanager-570": host_check.fabricmanager(
                 policy(UNKNOWN), policy(UNKNOWN), "libnvidia-compute-570"
             ),
         },
@@ -376,11 +376,11 @@ def test_the_runfile_has_no_fabric_manager(gpu_support, catalog):
     assert plan["fabricmanager"] == {}
 
 
-def test_focal_535_refused_naming_both_versions_and_the_branch_that_works(gpu_support, gpu_check, catalog, gpu_ids):
+def test_focal_535_refused_naming_both_versions_and_the_branch_that_works(gpu_support, host_check, catalog, gpu_ids):
     driver = _driver("535")
     plan = gpu_support.fabricmanager_plan(catalog["driver"], driver, NVSWITCHES, "present", "h1")
     check = gpu_support.fabricmanager_check(
-        plan, _focal_scan(gpu_check), catalog["driver"], driver, gpu_ids, {"gpus": []}, "h1", True
+        plan, _focal_scan(host_check), catalog["driver"], driver, gpu_ids, {"gpus": []}, "h1", True
     )
     assert check["checked"]
     (error,) = check["errors"]
@@ -395,12 +395,12 @@ def test_focal_535_refused_naming_both_versions_and_the_branch_that_works(gpu_su
         assert text in error, error
 
 
-def test_a_branch_that_does_not_drive_the_gpus_is_not_offered(gpu_support, gpu_check, catalog, gpu_ids):
+def test_a_branch_that_does_not_drive_the_gpus_is_not_offered(gpu_support, host_check, catalog, gpu_ids):
     """HGX H100: focal's 470 has a matching fabric manager but does not drive the H100."""
     driver = _driver("535")
     plan = gpu_support.fabricmanager_plan(catalog["driver"], driver, NVSWITCHES, "present", "h1")
     check = gpu_support.fabricmanager_check(
-        plan, _focal_scan(gpu_check), catalog["driver"], driver, gpu_ids, H100S, "h1"
+        plan, _focal_scan(host_check), catalog["driver"], driver, gpu_ids, H100S, "h1"
     )
     (error,) = check["errors"]
     assert check["working"] == []
@@ -408,19 +408,19 @@ def test_a_branch_that_does_not_drive_the_gpus_is_not_offered(gpu_support, gpu_c
     assert "Allowed: stack_driver_method: cuda_repo (" in error
 
 
-def test_focal_470_passes_the_preflight(gpu_support, gpu_check, catalog, gpu_ids):
+def test_focal_470_passes_the_preflight(gpu_support, host_check, catalog, gpu_ids):
     driver = _driver("470")
     plan = gpu_support.fabricmanager_plan(catalog["driver"], driver, NVSWITCHES, "present", "h1")
     check = gpu_support.fabricmanager_check(
-        plan, _focal_scan(gpu_check), catalog["driver"], driver, gpu_ids, {"gpus": []}, "h1", True
+        plan, _focal_scan(host_check), catalog["driver"], driver, gpu_ids, {"gpus": []}, "h1", True
     )
     assert (check["checked"], check["errors"]) == (True, [])
     assert check["found"]["match"] == "470.256.02-0ubuntu0.20.04.1"
 
 
-def test_cuda_repo_is_checked_only_once_nvidias_repository_is_indexed(gpu_support, gpu_check, catalog, gpu_ids):
+def test_cuda_repo_is_checked_only_once_nvidias_repository_is_indexed(gpu_support, host_check, catalog, gpu_ids):
     driver = _driver("535", "cuda_repo")
     plan = gpu_support.fabricmanager_plan(catalog["driver"], driver, NVSWITCHES, "present", "h1")
-    scan = {**_focal_scan(gpu_check), "apt": {"cuda-drivers-535": gpu_check.parse_policy(UNKNOWN)}}
+    scan = {**_focal_scan(host_check), "apt": {"cuda-drivers-535": host_check.parse_policy(UNKNOWN)}}
     check = gpu_support.fabricmanager_check(plan, scan, catalog["driver"], driver, gpu_ids, {"gpus": []}, "h1", True)
     assert (check["checked"], check["errors"]) == (False, [])

@@ -1,4 +1,4 @@
-"""The GPU preflight: gpu_check.py on substituted sysfs trees, then the `stack_gpu_support` filter with the
+"""The GPU preflight: host_check.py on substituted sysfs trees, then the `stack_gpu_support` filter with the
 real catalog/gpu_ids.yml (generated from Ubuntu focal's nvidia-driver-<branch> packages)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 
 from tests.conftest import ROOT, load_module
 
-GPU_CHECK = ROOT / "roles" / "stack" / "files" / "gpu_check.py"
+GPU_CHECK = ROOT / "roles" / "stack" / "files" / "host_check.py"
 DATA = ROOT / "catalog" / "gpu_ids.yml"
 
 # (slot, vendor, device, class) as sysfs writes them.
@@ -59,7 +59,7 @@ def sysfs(root, machine: str):
 
 
 def scan(tmp_path, machine: str) -> dict:
-    """gpu_check.py run as Ansible's script module runs it: a python3 subprocess."""
+    """host_check.py's GPU read, run as a python3 subprocess."""
     result = subprocess.run(
         [sys.executable, str(GPU_CHECK), "--sysfs-root", str(sysfs(tmp_path, machine))],
         capture_output=True,
@@ -95,7 +95,7 @@ def branches_of(gpu_ids: dict, *names: str) -> dict:
     return {b: {"version": gpu_ids["branches"][b]["driver_version"]} for b in names}
 
 
-# --- gpu_check.py ---------------------------------------------------------------------------
+# --- host_check.py ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -110,20 +110,20 @@ def branches_of(gpu_ids: dict, *names: str) -> dict:
         ("none", []),
     ],
 )
-def test_gpu_check_keeps_nvidia_vga_and_3d_functions_only(tmp_path, machine, ids):
+def test_host_check_keeps_nvidia_vga_and_3d_functions_only(tmp_path, machine, ids):
     found = scan(tmp_path, machine)
     assert [g["id"] for g in found["gpus"]] == ids
     assert all(re.match(r"^0000:[0-9a-f]{2}:00\.0$", g["slot"]) for g in found["gpus"])
 
 
-def test_gpu_check_reports_nvswitches_apart(tmp_path):
+def test_host_check_reports_nvswitches_apart(tmp_path):
     found = scan(tmp_path, "hgx")
     assert [s["id"] for s in found["nvswitches"]] == ["10de:22a3"] * 4
     assert {s["slot"] for s in found["nvswitches"]}.isdisjoint({g["slot"] for g in found["gpus"]})
     assert scan(tmp_path / "other", "rtx3090x4")["nvswitches"] == []
 
 
-def test_gpu_check_without_a_pci_bus(tmp_path):
+def test_host_check_without_a_pci_bus(tmp_path):
     result = subprocess.run(
         [sys.executable, str(GPU_CHECK), "--sysfs-root", str(tmp_path / "nothing")], capture_output=True, text=True
     )

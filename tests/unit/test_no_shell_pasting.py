@@ -231,7 +231,7 @@ def test_programs_passed_through_a_lookup_hold_no_jinja_delimiters():
         for source in [*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/vars/*.yml")]
         for name in PASSED_PROGRAMS.findall(source.read_text())
     }
-    assert {path.name for path in found} >= {"library_probe.py", "gpu_check.py", "tensorrt_probe.py"}
+    assert {path.name for path in found} >= {"library_probe.py", "host_check.py", "tensorrt_probe.py"}
     for path in found:
         text = path.read_text()
         assert not any(delimiter in text for delimiter in ("{{", "{%", "{#")), path

@@ -1,12 +1,22 @@
-"""List the NVIDIA GPUs and NVSwitches on the PCI bus from sysfs, as JSON (the `stack` role's GPU preflight).
+"""What the `stack` role's preflight reads of a host (roles/stack/tasks/host.yml), in one call, as JSON.
 
-Runs on the host with the distro's python3 (3.8, standard library only). It reads
+Runs on the host with the distro's python3 (3.8, standard library only), read-only: the preflight passes
+this file's text on standard input (`python3 - ARGS`), one host call for all of it.
+
+The NVIDIA GPUs and NVSwitches on the PCI bus, from sysfs: it reads
 <sysfs root>/bus/pci/devices/*/{vendor,device,class}, as lspci does, and keeps vendor 0x10de with
 class 0x0300xx (VGA) or 0x0302xx (3D controller, the data-centre GPUs) as GPUs and 0x0680xx
 (bridge, "other") as NVSwitches; NVIDIA's audio (0x0403) and USB functions are not GPUs.
 
-    python3 gpu_check.py [--sysfs-root /sys]
+    python3 host_check.py [--sysfs-root /sys]
     {"gpus": [{"slot": "0000:01:00.0", "id": "10de:2204"}], "nvswitches": []}
+
+`--python PATH` adds the interpreter's wheel tag ("python": {"tag": "cp38", "error": ""}; tag "" and the
+reason when it does not run); `--prefix PATH` the space free there ("free_kb", as `df -Pk` says it; null when
+the path does not exist); `--parts JSON` (a list of {"path", "packages"}, the catalog's parts of the stack)
+whether each is installed ("parts": [true, false, ...]: the path under the prefix exists, or every package is
+installed); `--secure-boot` the Secure Boot state as one line of text ("secure_boot": mokutil's first line
+when the sysfs root is /sys and mokutil is there, else the EFI variable under the sysfs root, else legacy boot).
 
 NVSwitch hosts need NVIDIA's fabric manager at exactly the driver's version (it refuses to start
 otherwise). `--fabricmanager PACKAGE=DRIVER_PACKAGE` (repeatable) adds what apt on this host says of
@@ -15,16 +25,18 @@ candidate), the fabric manager's versions apt has, and the one whose upstream ve
 Debian revision) equals the driver's, or "" when none does. `--apt PACKAGE` adds apt's view of more
 packages (is NVIDIA's CUDA repository indexed here?).
 
-    python3 gpu_check.py --fabricmanager nvidia-fabricmanager-535=libnvidia-compute-535
+    python3 host_check.py --fabricmanager nvidia-fabricmanager-535=libnvidia-compute-535
     {..., "fabricmanager": {"nvidia-fabricmanager-535": {"driver_package": "libnvidia-compute-535",
      "driver": "535.230.02-0ubuntu0.20.04.1", "driver_installed": false, "driver_upstream": "535.230.02",
      "versions": ["535.247.01-0ubuntu0.20.04.1"], "upstreams": ["535.247.01"], "match": ""}}, "apt": {}}
 """
 
 import argparse
+import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 
 NVIDIA = "0x10de"
@@ -119,8 +131,81 @@ def apt_policy(package):
     return parse_policy(result.stdout)
 
 
+def python_tag(python):
+    """The wheel tag of an interpreter ('cp38'), or ('', why) when it does not run."""
+    try:
+        result = subprocess.run(
+            [python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError as exc:
+        return {"tag": "", "error": str(exc)}
+    if result.returncode != 0:
+        return {"tag": "", "error": (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]}
+    return {"tag": result.stdout.strip(), "error": ""}
+
+
+def free_kb(path):
+    """The space free for unprivileged use under `path` in KiB, as `df -Pk` says it; None when it does not exist."""
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return None
+    return info.f_bavail * info.f_frsize // 1024
+
+
+def installed_packages(packages):
+    """How many of `packages` dpkg has installed."""
+    if not packages:
+        return 0
+    try:
+        result = subprocess.run(
+            ["dpkg-query", "-W", "-f=${db:Status-Status}\n", *packages],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            check=False,
+        )
+    except OSError:  # no dpkg on this host
+        return 0
+    return result.stdout.split().count("installed")
+
+
+def parts_installed(prefix, parts):
+    """For each part ({"path", "packages"}): its path under `prefix` exists, or (no path) every package is installed."""
+    found = []
+    for part in parts:
+        path, packages = part.get("path") or "", part.get("packages") or []
+        if path:
+            found.append(os.path.exists(os.path.join(prefix, path)))
+        else:
+            found.append(bool(packages) and installed_packages(packages) == len(packages))
+    return found
+
+
+def secure_boot(sysfs_root="/sys"):
+    """The Secure Boot state as one line: mokutil's, or read from the EFI variable."""
+    if sysfs_root == "/sys" and shutil.which("mokutil"):
+        # "EFI variables are not supported" (legacy boot) exits non-zero; the text says it all.
+        result = subprocess.run(
+            ["mokutil", "--sb-state"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
+        )
+        return (result.stdout.splitlines() or [""])[0]
+    if os.path.isdir(os.path.join(sysfs_root, "firmware", "efi")):
+        found = sorted(glob.glob(os.path.join(sysfs_root, "firmware", "efi", "efivars", "SecureBoot-*")))
+        try:
+            with open(found[0], "rb") as handle:
+                value = handle.read()  # 4 bytes of attributes, then the value
+        except (IndexError, OSError):
+            value = b""
+        return "SecureBoot enabled" if value[-1:] == b"\x01" else "SecureBoot disabled"
+    return "legacy BIOS boot (no EFI): Secure Boot not applicable"
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="NVIDIA GPUs and NVSwitches on the PCI bus, as JSON")
+    parser = argparse.ArgumentParser(description="What the stack role's preflight reads of a host, as JSON")
     parser.add_argument("--sysfs-root", default="/sys", help="the sysfs mount (default /sys; tests pass a tree)")
     parser.add_argument(
         "--fabricmanager",
@@ -130,8 +215,19 @@ def main(argv=None):
         help="a fabric manager package and the driver package whose version it must equal (apt-cache policy)",
     )
     parser.add_argument("--apt", action="append", default=[], metavar="PACKAGE", help="apt's view of a package")
+    parser.add_argument("--python", help="an interpreter whose wheel tag to read")
+    parser.add_argument("--prefix", help="the install prefix: the space free there, and where --parts are")
+    parser.add_argument("--parts", help='JSON list of {"path", "packages"}: which parts of the stack are installed')
+    parser.add_argument("--secure-boot", action="store_true", help="read the Secure Boot state")
     args = parser.parse_args(argv)
     found = scan(args.sysfs_root)
+    if args.python:
+        found["python"] = python_tag(args.python)
+    if args.prefix:
+        found["free_kb"] = free_kb(args.prefix)
+        found["parts"] = parts_installed(args.prefix, json.loads(args.parts or "[]"))
+    if args.secure_boot:
+        found["secure_boot"] = secure_boot(args.sysfs_root)
     if args.fabricmanager or args.apt:
         found["fabricmanager"] = {}
         for pair in args.fabricmanager:
