@@ -132,7 +132,7 @@ def apt_policy(package):
 
 
 def python_tag(python):
-    """The wheel tag of an interpreter ('cp38'), or ('', why) when it does not run."""
+    """{"tag": the interpreter's wheel tag ('cp38'), "error": ''}, or tag '' and why it does not run."""
     try:
         result = subprocess.run(
             [python, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
