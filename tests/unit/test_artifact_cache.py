@@ -799,3 +799,23 @@ def catalog_sha256(catalog, file: str) -> str:
             if isinstance(method, dict) and method.get("file") == file:
                 return method["sha256"]
     raise KeyError(file)
+
+
+def test_the_offline_lookup_names_the_wheelhouses_already_filled(filler, tmp_path, capsys):
+    """tasks/cache.yml's one lookup: the files in the cache and the wheelhouses filled for their requirements and
+    Python (another Python's or another requirement list's is not ready: pip runs for it)."""
+    cache = tmp_path / "cache"
+    ready = cache / "wheelhouse" / "mindspore-gpu-1.5.1-cp38"
+    stamp(ready, REQUIREMENTS, "cp38")
+    other_python = cache / "wheelhouse" / "mindspore-gpu-1.5.1-cp39"
+    stamp(other_python, REQUIREMENTS, "cp38")
+    houses = [
+        {"dir": str(ready), "requirements": REQUIREMENTS, "python_tag": "cp38"},
+        {"dir": str(other_python), "requirements": REQUIREMENTS, "python_tag": "cp39"},
+        {"dir": str(cache / "wheelhouse" / "none"), "requirements": REQUIREMENTS[:1], "python_tag": "cp38"},
+    ]
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("[]")
+    argv = ["--cache", str(cache), "--manifest", str(manifest), "--offline", "--wheelhouses", json.dumps(houses)]
+    assert filler.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["wheelhouses_ready"] == [str(ready)]

@@ -15,6 +15,8 @@ to stderr; the JSON result (present/fetched/missing/failed, bytes, seconds) to -
 
 --wheelhouse DIR --requirement REQ... --python-tag cp38 fills DIR with the wheels pip resolves (from
 $PIP_INDEX_URL) for those requirements on that interpreter (manylinux x86_64), for hosts without an index.
+With a manifest, --wheelhouses JSON also says which wheelhouses are filled already (`wheelhouses_ready`), so
+the stack role's one lookup covers both and runs pip only for a wheelhouse that is not.
 
 Exit status: 0 when every file is in the cache, 1 otherwise (the message names each missing file
 and where it would come from). Standard library only (Python 3.8+).
@@ -296,14 +298,26 @@ def explain(result: Dict[str, Any], offline: bool) -> str:
     return "\n".join(lines)
 
 
+STAMP = ".msgpu-requirements"
+
+
+def _stamp_text(requirements: List[str], python_tag: str) -> str:
+    return json.dumps({"requirements": requirements, "python": python_tag}, sort_keys=True)
+
+
+def wheelhouse_ready(folder: Path, requirements: List[str], python_tag: str) -> bool:
+    """Whether `folder` is a finished wheelhouse of those requirements for `python_tag` (its stamp says so)."""
+    stamp = folder / STAMP
+    return stamp.is_file() and stamp.read_text() == _stamp_text(requirements, python_tag)
+
+
 def wheelhouse(
     folder: Path, requirements: List[str], python_tag: str, index_url: str, offline: bool, exclude: List[str]
 ) -> Dict[str, Any]:
     """pip download the requirements' wheels for a manylinux x86_64 host with `python_tag`; the
     `exclude` files (the MindSpore wheel, which the cache holds on its own) are not kept."""
-    stamp = folder / ".msgpu-requirements"
-    wanted = json.dumps({"requirements": requirements, "python": python_tag}, sort_keys=True)
-    if stamp.is_file() and stamp.read_text() == wanted:
+    wanted = _stamp_text(requirements, python_tag)
+    if wheelhouse_ready(folder, requirements, python_tag):
         return {"wheelhouse": str(folder), "changed": False, "ok": True}
     if offline:
         return {
@@ -336,7 +350,7 @@ def wheelhouse(
         with contextlib.suppress(FileNotFoundError):
             (staging / name).unlink()
     size = sum(p.stat().st_size for p in staging.iterdir())
-    (staging / stamp.name).write_text(wanted)
+    (staging / STAMP).write_text(wanted)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(staging, folder)
     log(f"  {len(list(folder.glob('*.whl')))} wheels, {human(size)} in {time.monotonic() - started:.1f} s")
@@ -356,6 +370,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--requirement", action="append", default=[])
     parser.add_argument("--exclude", action="append", default=[], help="a wheel not to keep in the wheelhouse")
     parser.add_argument("--python-tag", default="cp38")
+    parser.add_argument(
+        "--wheelhouses",
+        help="with a manifest: JSON list of {dir, requirements, python_tag}; the result's wheelhouses_ready "
+        "lists the dirs already filled for them (nothing is fetched for these)",
+    )
     args = parser.parse_args(argv)
     cache = Path(args.cache)
     global PROGRESS_LOG
@@ -377,6 +396,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         text = sys.stdin.read() if args.manifest in (None, "-") else Path(args.manifest).read_text()
         result = fill(json.loads(text), cache, args.offline, args.retries, args.delay, args.timeout)
         message = explain(result, args.offline)
+        if args.wheelhouses is not None:
+            result["wheelhouses_ready"] = [
+                house["dir"]
+                for house in json.loads(args.wheelhouses)
+                if wheelhouse_ready(Path(house["dir"]), house["requirements"], house["python_tag"])
+            ]
     document = json.dumps(result, indent=2, sort_keys=True)
     if args.json:
         Path(args.json).write_text(document + "\n")
