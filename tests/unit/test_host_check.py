@@ -1,5 +1,5 @@
 """The preflight's one read of a host (roles/stack/files/host_check.py), run as roles/stack/tasks/host.yml runs
-it: the program's text on python3's standard input, its options as arguments. The GPU part is in
+it: `python3 -c TEXT` with its options as arguments. The GPU part is in
 test_gpu_support.py, the fabric manager's in test_fabricmanager.py."""
 
 import json
@@ -17,7 +17,7 @@ SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 def read(*args: str) -> dict:
     result = subprocess.run(
-        [sys.executable, "-", *args], input=HOST_CHECK.read_text(), capture_output=True, text=True, check=True
+        [sys.executable, "-c", HOST_CHECK.read_text(), *args], capture_output=True, text=True, check=True
     )
     return json.loads(result.stdout)
 

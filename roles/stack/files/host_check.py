@@ -1,7 +1,7 @@
 """What the `stack` role's preflight reads of a host (roles/stack/tasks/host.yml), in one call, as JSON.
 
 Runs on the host with the distro's python3 (3.8, standard library only), read-only: the preflight passes
-this file's text on standard input (`python3 - ARGS`), one host call for all of it.
+this file's text as an argument (`python3 -c TEXT ARGS`, quoted), one host call for all of it.
 
 The NVIDIA GPUs and NVSwitches on the PCI bus, from sysfs: it reads
 <sysfs root>/bus/pci/devices/*/{vendor,device,class}, as lspci does, and keeps vendor 0x10de with
