@@ -9,6 +9,7 @@ builds the mirror (a minute or two); later runs reuse both.
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import io
 import json
@@ -515,5 +516,39 @@ def test_cache_duplicates_become_hard_links_and_nothing_else_changes(tmp_path: P
     for name in ("other.tgz", "small.txz"):
         assert (cache / name).stat().st_ino != (mirror_root / name).stat().st_ino, name
     assert (cache / "alone.whl").stat().st_nlink == 1
-    assert sorted(p.name for p in cache.iterdir()) == ["alone.whl", "other.tgz", "same.run", "small.txz"]
+    # No partial link is left; .lock is the filler's lock file (artifact_cache.locked), taken for the swap.
+    assert sorted(p.name for p in cache.iterdir()) == [".lock", "alone.whl", "other.tgz", "same.run", "small.txz"]
     assert scenarios.link_cache_duplicates(cache, (tmp_path / "mirror",)) == 0
+
+
+def test_a_linked_cache_file_keeps_its_sha256_memo_and_a_held_lock_is_waited_for(tmp_path: Path, monkeypatch) -> None:
+    """link_cache_duplicates swaps a cache file for a hard link only under the artifact cache filler's lock
+    (held by a filler: the file is left for the next pass), and moves the filler's sha256 memo entry to the
+    link's inode and mtime, so the next cache lookup takes the sha256 from the memo instead of reading the
+    file again (the memo's digest here is a marker no file has: returned only from the memo)."""
+    monkeypatch.setattr(scenarios, "LINK_MIN_BYTES", 1024)
+    monkeypatch.setattr(scenarios, "_LINKED", set())
+    artifact_cache = scenarios.artifact_cache
+    mirror_root, cache = tmp_path / "mirror", tmp_path / "cache"
+    mirror_root.mkdir()
+    cache.mkdir()
+    body = os.urandom(4096)
+    (mirror_root / "same.run").write_bytes(body)
+    (cache / "same.run").write_bytes(body)
+    os.utime(cache / "same.run", ns=(1, 10**18))  # another mtime than the mirror's file
+    before = (cache / "same.run").stat()
+    marker = "f" * 64
+    artifact_cache.save_memo(cache, {"same.run": [before.st_size, before.st_mtime_ns, before.st_ino, marker]})
+
+    with open(cache / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert scenarios.link_cache_duplicates(cache, (mirror_root,)) == 0
+    assert (cache / "same.run").stat().st_ino == before.st_ino, "linked while the filler held the lock"
+
+    assert scenarios.link_cache_duplicates(cache, (mirror_root,)) == 4096
+    after = (cache / "same.run").stat()
+    assert after.st_ino == (mirror_root / "same.run").stat().st_ino != before.st_ino
+    assert after.st_mtime_ns != before.st_mtime_ns
+    memo = artifact_cache.load_memo(cache)
+    assert memo["same.run"] == [after.st_size, after.st_mtime_ns, after.st_ino, marker]
+    assert artifact_cache.cached_sha256(cache / "same.run", "same.run", memo) == marker
