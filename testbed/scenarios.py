@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,11 +43,16 @@ class ScenarioError(RuntimeError):
 
 
 def _load_role_file(name: str, relative: str):
-    """A Python file of the `stack` role (a file, not a package) as a module."""
+    """A Python file of the `stack` role (a file, not a package) as a module, without writing its bytecode into
+    the role (a __pycache__ folder in roles/stack/files would be shipped and scanned as one of the role's files)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "roles" / "stack" / relative)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = writes
     return module
 
 
