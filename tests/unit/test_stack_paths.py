@@ -144,3 +144,29 @@ def test_todo_picks_the_reported_entries_of_a_kind_from_the_registered_read():
     assert stack_paths.paths_todo(entries, read, "file") == [entries[2]]
     assert stack_paths.paths_todo(entries, read) == [entries[0], entries[2]]
     assert stack_paths.paths_todo(entries, {}, "directory") == []
+
+
+def test_absent_entries_remove_what_is_there_in_order_each_path_once(tmp_path: Path) -> None:
+    """`stack_paths_absent` (a role's uninstall): one removal entry per path, in the given order (markers
+    first), duplicates and empty paths left out; the probe names only the paths that exist (a file, a folder,
+    a dangling link), so a second uninstall has nothing to do."""
+    marker, folder, link = tmp_path / ".msgpu-installed", tmp_path / "prefix", tmp_path / "dangling"
+    marker.write_text("sha256\n")
+    folder.mkdir()
+    (folder / "lib").mkdir()
+    link.symlink_to(tmp_path / "nowhere")
+    gone = tmp_path / "never-there"
+    entries = stack_paths.paths_absent([str(marker), folder, "", None, str(folder), link, gone])
+    assert entries == [
+        {"path": str(marker), "state": "absent"},
+        {"path": str(folder), "state": "absent"},
+        {"path": str(link), "state": "absent"},
+        {"path": str(gone), "state": "absent"},
+    ]
+    found = _probe(entries)
+    assert sorted(found) == sorted([str(marker), str(folder), str(link)]), found
+    assert [e["path"] for e in stack_paths.paths_todo(entries, found, "absent")] == [
+        str(marker),
+        str(folder),
+        str(link),
+    ]

@@ -1,6 +1,7 @@
 """A role's own small files, folders and links (roles/stack/tasks/paths.yml): the `stack_paths_wanted` filter
 gives files/paths_state.py what it compares (each file's sha1 instead of its content), `stack_paths_todo` the
-entries it found different. Standard library only, like stack_catalog.py.
+entries it found different, `stack_paths_absent` removal entries for a list of paths (a role's uninstall).
+Standard library only, like stack_catalog.py.
 
 An entry: ``{"path", "state": "file" | "directory" | "link" | "absent", "content" (file), "src" (link),
 "owner", "group", "mode"}``; owner, group and mode are optional (as for Ansible's file module).
@@ -53,8 +54,20 @@ def paths_todo(entries: list[dict[str, Any]], state: Any, kind: str = "") -> lis
     return [entry for entry in entries if (not kind or entry["state"] == kind) and str(entry["path"]) in differ]
 
 
+def paths_absent(paths: list[Any]) -> list[dict[str, Any]]:
+    """Entries that remove each path, in the given order, each path once (empty ones left out): a role's
+    uninstall as one read of everything it may have left (its markers first)."""
+    entries, seen = [], set()
+    for path in paths:
+        if path in (None, "") or str(path) in seen:
+            continue
+        seen.add(str(path))
+        entries.append({"path": str(path), "state": "absent"})
+    return entries
+
+
 class FilterModule:
     """Ansible filter plugin entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"stack_paths_wanted": paths_wanted, "stack_paths_todo": paths_todo}
+        return {"stack_paths_wanted": paths_wanted, "stack_paths_todo": paths_todo, "stack_paths_absent": paths_absent}
