@@ -241,7 +241,7 @@ def _link_in_place(cache: Path, target: Path, source: Path, compared: os.stat_re
     """Replace `target` (a cache file compared equal to `source` while it had the stat `compared`) with a hard
     link to `source`, under the filler's lock, carrying the filler's sha256 memo entry over; False (nothing
     done) while a filler holds the lock or when the file changed since the comparison."""
-    with open(cache / ".lock", "w") as lock:
+    with open(cache / artifact_cache.LOCK, "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

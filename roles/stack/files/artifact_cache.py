@@ -198,11 +198,15 @@ def fetch_one(entry: Dict[str, Any], cache: Path, retries: int, delay: float, ti
     raise FetchError(f"{entry['file']} ({entry['component']}) from {source_of(entry)}: {error}")
 
 
+# The cache's lock file: one filler at a time (the test bed's disk upkeep takes it too).
+LOCK = ".lock"
+
+
 @contextlib.contextmanager
 def locked(cache: Path) -> Iterator[None]:
     """One filler at a time per cache (two playbooks may start at once)."""
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
+    with open(cache / LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
