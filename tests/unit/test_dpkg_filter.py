@@ -15,6 +15,7 @@ from tests.conftest import ROOT, load_module
 FILTER = load_module("stack_dpkg", ROOT / "roles" / "stack" / "filter_plugins" / "stack_dpkg.py").dpkg_installed
 USERS = [
     "roles/nvidia_driver/tasks/present.yml",
+    "roles/nvidia_driver/tasks/absent.yml",
     "roles/nvidia_driver/tasks/other_branches.yml",
     "roles/nvidia_driver/tasks/module_source.yml",
     "roles/nvidia_driver/tasks/install_runfile.yml",
