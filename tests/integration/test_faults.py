@@ -374,15 +374,16 @@ def test_apt_waits_for_a_dpkg_lock_held_by_another_process(runs, tmp_path):
     run = None
     try:
         assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+        # The host looks for apt's install itself (a `docker exec` per look from here cost ~0.1 s of CPU each).
+        reached = threading.Event()
+        watcher = runs.watch_host(f"apt-get.* install .*{packages[0]}", reached, timeout=600)
         with log.open("w") as sink:
             run = subprocess.Popen(
                 runs.command("openmpi.yml"), stdout=sink, stderr=subprocess.STDOUT, env=runs.env(), cwd=ROOT
             )
-        deadline = time.monotonic() + 600
-        while host.sh(f"pgrep -f {installing!r}").returncode != 0:
+        while not reached.wait(0.5):
             assert run.poll() is None, f"the run ended before apt met the lock:\n{log.read_text()[-4000:]}"
-            assert time.monotonic() < deadline, "the run never reached apt's install"
-            time.sleep(0.2)
+            assert watcher.is_alive(), "the run never reached apt's install"
         time.sleep(hold)
         assert run.poll() is None, f"the run did not wait for the lock:\n{log.read_text()[-4000:]}"
         assert host.sh(f"pgrep -f {installing!r}").returncode == 0, "apt-get stopped waiting for the lock"
