@@ -246,8 +246,11 @@ def _member_size(member: fixtures.Member, zips: dict[Path, zipfile.ZipFile]) -> 
     return zips[member.wheel].getinfo(member.wheel_member).file_size
 
 
-def _write_data_tar(out: BinaryIO, members: list[fixtures.Member], zips: dict[Path, zipfile.ZipFile]) -> None:
-    """An uncompressed, reproducible data.tar with './'-prefixed names, as dpkg-deb writes them."""
+def _write_data_tar(
+    out: BinaryIO, members: list[fixtures.Member], zips: dict[Path, zipfile.ZipFile], zeros: dict | None = None
+) -> None:
+    """An uncompressed, reproducible data.tar with './'-prefixed names, as dpkg-deb writes them (`zeros`:
+    the wheel members' stand-ins by name, when only the size is wanted)."""
     entries: list[tuple[str, fixtures.Member | None]] = [(d, None) for d in fixtures._directories(members)]
     entries += [(m.name, m) for m in members]
     with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT, copybufsize=fixtures.COPY_BUFFER) as tar:
@@ -264,8 +267,12 @@ def _write_data_tar(out: BinaryIO, members: list[fixtures.Member], zips: dict[Pa
             else:
                 assert member.wheel is not None
                 info = zips[member.wheel].getinfo(member.wheel_member)
+                tarinfo = fixtures._tarinfo(path, tarfile.REGTYPE, member.mode, info.file_size)
+                if zeros is not None:
+                    tar.addfile(tarinfo, zeros[member.name])
+                    continue
                 with zips[member.wheel].open(info) as data:
-                    tar.addfile(fixtures._tarinfo(path, tarfile.REGTYPE, member.mode, info.file_size), data)
+                    tar.addfile(tarinfo, data)
 
 
 def control_text(deb: Deb, installed_kib: int) -> str:
@@ -283,8 +290,61 @@ def control_text(deb: Deb, installed_kib: int) -> str:
     return "".join(f"{key}: {value}\n" for key, value in fields if value)
 
 
-def write_deb(path: Path, deb: Deb, wheel_paths: dict[str, Path]) -> str:
-    """ar(debian-binary, control.tar.gz, data.tar); returns the control text."""
+class _DebWriter:
+    """Where a deb's bytes go: md5 and sha256 of them (for Packages), their count (tarfile asks for the
+    position), and a file, or nothing when only the index entry is wanted."""
+
+    def __init__(self, out: BinaryIO | None) -> None:
+        self.out = out
+        self.digests = {"MD5sum": hashlib.md5(), "SHA256": hashlib.sha256()}
+        self.size = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        if self.out is not None:
+            self.out.write(data)
+        for digest in self.digests.values():
+            digest.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        if self.out is not None:
+            self.out.flush()
+
+
+class _Zeros:
+    """A file of `size` zero bytes, for measuring a tar member without reading it."""
+
+    _BLOCK = bytes(fixtures.COPY_BUFFER)
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def read(self, size: int = -1) -> bytes:
+        size = self.left if size < 0 else min(size, self.left)
+        self.left -= size
+        return self._BLOCK[:size] if size <= len(self._BLOCK) else bytes(size)
+
+
+def _data_tar_size(members: list[fixtures.Member], zips: dict[Path, zipfile.ZipFile], offset: int) -> int:
+    """The size data.tar will have when written at `offset` of the deb (tarfile pads its end to a record
+    counted from there): written once with zeros for the files' bytes, which are not read."""
+    counter = _DebWriter(None)
+    counter.digests = {}
+    counter.size = offset
+    zeros = {
+        m.name: _Zeros(_member_size(m, zips)) for m in members if m.wheel is not None and not m.link and m.data is None
+    }
+    _write_data_tar(counter, members, zips, zeros)  # type: ignore[arg-type]
+    return counter.size - offset
+
+
+def write_deb(out: BinaryIO | None, deb: Deb, wheel_paths: dict[str, Path]) -> tuple[str, int, dict[str, str]]:
+    """ar(debian-binary, control.tar.gz, data.tar) into `out` (or nowhere: only its index entry is wanted);
+    returns the control text, the deb's size and its md5 and sha256."""
     assert deb.members is not None
     members = deb.members(wheel_paths)
     names = [m.name for m in members]
@@ -301,30 +361,20 @@ def write_deb(path: Path, deb: Deb, wheel_paths: dict[str, Path]) -> str:
             tar.addfile(fixtures._tarinfo("./", tarfile.DIRTYPE, 0o755))
             data = control.encode()
             tar.addfile(fixtures._tarinfo("./control", tarfile.REGTYPE, 0o644, len(data)), io.BytesIO(data))
-        out = stack.enter_context(open(path, "wb"))
-        out.write(b"!<arch>\n")
+        writer = _DebWriter(out)
+        writer.write(b"!<arch>\n")
         for name, blob in (("debian-binary", b"2.0\n"), ("control.tar.gz", control_tar.getvalue())):
-            out.write(_ar_header(name, len(blob)) + blob + (b"\n" if len(blob) % 2 else b""))
-        # data.tar streams straight into the archive; its size is patched into the header afterwards.
-        header_at = out.tell()
-        out.write(_ar_header("data.tar", 0))
-        start = out.tell()
-        _write_data_tar(out, members, zips)  # type: ignore[arg-type]
-        size = out.tell() - start
+            writer.write(_ar_header(name, len(blob)) + blob + (b"\n" if len(blob) % 2 else b""))
+        # The archive is written front to back (it may go nowhere but the digests): data.tar's size first.
+        size = _data_tar_size(members, zips, writer.tell() + 60)
+        writer.write(_ar_header("data.tar", size))
+        start = writer.tell()
+        _write_data_tar(writer, members, zips)  # type: ignore[arg-type]
+        if writer.tell() - start != size:
+            raise fixtures.FixtureError(f"{deb.file}: data.tar took {writer.tell() - start} bytes, not {size}")
         if size % 2:
-            out.write(b"\n")
-        out.seek(header_at)
-        out.write(_ar_header("data.tar", size))
-    return control
-
-
-def _hashes(path: Path) -> dict[str, str]:
-    digests = {"MD5sum": hashlib.md5(), "SHA256": hashlib.sha256()}
-    with open(path, "rb") as data:
-        for block in iter(lambda: data.read(fixtures.COPY_BUFFER), b""):
-            for digest in digests.values():
-                digest.update(block)
-    return {name: digest.hexdigest() for name, digest in digests.items()}
+            writer.write(b"\n")
+    return control, writer.size, {name: digest.hexdigest() for name, digest in writer.digests.items()}
 
 
 # --- the signing key ---------------------------------------------------------------------------
@@ -369,8 +419,11 @@ def _key_file(catalog: dict[str, Any]) -> str:
     return str(catalog["cuda_repo"]["key"]["file"])
 
 
-def build(cache: Path, root: Path, catalog: dict[str, Any], force: bool) -> None:
-    """Build (or reuse) the repository under <root>/nvidia_cuda_repo; see the module docstring."""
+def build(cache: Path, root: Path, catalog: dict[str, Any], force: bool, wanted: set[str] | None = None) -> None:
+    """Build (or reuse) the repository under <root>/nvidia_cuda_repo; see the module docstring. Packages
+    lists every deb the catalog calls for; the files of those in `wanted` (by `name` or `name=version`;
+    every one when None) are written, the others' only while up to date from an earlier build, so the index,
+    and with it Release and its signatures, stays the same whichever hosts a run serves."""
     started = time.monotonic()
     repo = root / SOURCE
     repo.mkdir(parents=True, exist_ok=True)
@@ -382,20 +435,24 @@ def build(cache: Path, root: Path, catalog: dict[str, Any], force: bool) -> None
     armored = _gpg(home, "--armor", "--export", fingerprint)
     if not key_path.is_file() or key_path.read_bytes() != armored:
         _write_atomic(key_path, armored)
-    stale = [d for d in debs if not _up_to_date(d, old.get("debs", {}).get(d.file), repo / d.file)]
-    entries = {d.file: old["debs"][d.file] for d in debs if d not in stale}
-    if stale:
-        wheels = sorted({w for d in stale for w in d.wheels}, key=lambda w: w.file)
+    known = {d.file: old["debs"][d.file] for d in debs if old.get("debs", {}).get(d.file, {}).get("key") == d.key()}
+    on_disk = {name for name, entry in known.items() if _on_disk(repo / name, entry)}
+    to_write = [d for d in debs if d.file not in on_disk and (wanted is None or _wanted(d, wanted))]
+    to_index = [d for d in debs if d.file not in known and d not in to_write]
+    entries = dict(known)
+    if to_write or to_index:
+        wheels = sorted({w for d in to_write + to_index for w in d.wheels}, key=lambda w: w.file)
         paths = fixtures.fetch_wheels(wheels, cache)
         by_package = {w.package: paths[w.file] for w in wheels}
-        for deb in stale:
-            entries[deb.file] = _build_deb(repo, deb, by_package)
-    for name in old.get("debs", {}):
-        if name not in entries:
-            (repo / name).unlink(missing_ok=True)
+        for deb in to_write + to_index:
+            entries[deb.file] = _build_deb(repo, deb, by_package, write=deb in to_write, known=known.get(deb.file))
+    for path in repo.glob("*.deb"):
+        if path.name not in entries or (path.name not in on_disk and not any(d.file == path.name for d in to_write)):
+            path.unlink(missing_ok=True)  # a package the catalog dropped, or a stale file of one not written
     packages = "\n".join(entries[d.file]["stanza"] for d in debs)
     if (
-        stale
+        to_write
+        or to_index
         or old.get("packages") != packages
         or old.get("fingerprint") != fingerprint
         or not (repo / "InRelease").is_file()
@@ -404,32 +461,42 @@ def build(cache: Path, root: Path, catalog: dict[str, Any], force: bool) -> None
     new_state = {"fingerprint": fingerprint, "packages": packages, "debs": entries}
     if new_state != old:
         _write_atomic(state_path, (json.dumps(new_state, indent=2) + "\n").encode())
-    log(f"{len(debs)} packages, {len(stale)} built, in {time.monotonic() - started:.1f} s")
-
-
-def _up_to_date(deb: Deb, entry: dict[str, Any] | None, path: Path) -> bool:
-    return (
-        entry is not None
-        and entry.get("key") == deb.key()
-        and path.is_file()
-        and path.stat().st_size == entry.get("size")
+    log(
+        f"{len(debs)} packages ({len(on_disk) + len(to_write)} on disk), {len(to_write)} written, "
+        f"{len(to_index)} indexed only, in {time.monotonic() - started:.1f} s"
     )
 
 
-def _build_deb(repo: Path, deb: Deb, wheel_paths: dict[str, Path]) -> dict[str, Any]:
+def _wanted(deb: Deb, wanted: set[str]) -> bool:
+    return deb.name in wanted or f"{deb.name}={deb.version}" in wanted
+
+
+def _on_disk(path: Path, entry: dict[str, Any]) -> bool:
+    return path.is_file() and path.stat().st_size == entry.get("size")
+
+
+def _build_deb(
+    repo: Path, deb: Deb, wheel_paths: dict[str, Path], write: bool, known: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The deb's state entry (key, size, Packages stanza, hashes); `write`: its file too. A deb the index
+    already lists (`known`) must come out byte for byte as listed."""
     started = time.monotonic()
     dest = repo / deb.file
     partial = dest.with_name(dest.name + ".partial")
     try:
-        control = write_deb(partial, deb, wheel_paths)
-        hashes = _hashes(partial)
+        with ExitStack() as stack:
+            out = stack.enter_context(open(partial, "wb")) if write else None
+            control, size, hashes = write_deb(out, deb, wheel_paths)
+        if known is not None and (known["size"], known["SHA256"]) != (size, hashes["SHA256"]):
+            raise fixtures.FixtureError(f"{deb.file}: rebuilt with sha256 {hashes['SHA256']}, listed {known['SHA256']}")
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    partial.replace(dest)
-    size = dest.stat().st_size
+    if write:
+        partial.replace(dest)
     stanza = control + f"Filename: ./{deb.file}\nSize: {size}\n" + "".join(f"{k}: {v}\n" for k, v in hashes.items())
-    log(f"built {deb.file} ({fixtures.megabytes(size)}) in {time.monotonic() - started:.0f} s")
+    what = "built" if write else "indexed (file not written)"
+    log(f"{what} {deb.file} ({fixtures.megabytes(size)}) in {time.monotonic() - started:.0f} s")
     return {"key": deb.key(), "size": size, "stanza": stanza, **hashes}
 
 
@@ -476,7 +543,7 @@ def inventory_vars(root: Path, base_url: str) -> dict[str, Any]:
 
 
 def main() -> int:
-    root = fixtures.build_mirror()
+    root = fixtures.build_mirror(every=True)
     print(json.dumps(inventory_vars(root, "http://127.0.0.1:PORT"), indent=2))
     return 0
 

@@ -527,8 +527,9 @@ def _build_runfile(cache: Path, artifact: dict[str, Any], dest: Path) -> str:
     return fixtures._timed(artifact["file"], lambda p: write_runfile(p, artifact["version"], members, work), dest)
 
 
-def build(cache: Path, root: Path, catalog: dict[str, Any], force: bool) -> None:
-    """Build the driver runfile fixture(s) under root/nvidia_driver/<path>; cached by build key."""
+def build(cache: Path, root: Path, catalog: dict[str, Any], force: bool, wanted: set[str] | None = None) -> None:
+    """Build the driver runfile fixture(s) under root/nvidia_driver/<path>; cached by build key. Each is
+    built whatever `wanted` holds (the test bed's hosts install one; 55 MB)."""
     old = {} if force else read_manifest(root)
     manifest: dict[str, dict[str, Any]] = {}
     for artifact in runfiles(catalog):

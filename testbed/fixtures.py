@@ -15,8 +15,11 @@ Builds are reproducible (sorted members, fixed mtime, uid/gid 0, no time stamps 
 streams) and cached: each fixture is keyed on its catalog entry, its wheels and this file's source,
 so a warm `build_mirror()` only reads the manifest and stats the files.
 
-    python -m testbed.fixtures            # build (or check) the mirror, print the manifest summary
+    python -m testbed.fixtures            # build (or check) every fixture, print the manifest summary
     python -m testbed.fixtures --force    # rebuild every fixture
+
+The test bed's own runs build only the fixtures its hosts install (build_mirror; the contract tests in
+tests/unit/test_fixtures.py and test_aptrepo.py build the others).
 """
 
 from __future__ import annotations
@@ -974,7 +977,8 @@ def _timed(what: str, build: Callable[[Path], str], dest: Path) -> str:
 
 
 def _toolkit_payload(work: Path, wheels: tuple[Wheel, ...], paths: dict[str, Path]) -> Path:
-    """The tar.gz all runfile fixtures share, cached under `<cache>/mirror-work` by its inputs."""
+    """The tar.gz all runfile fixtures share, under `<cache>/mirror-work` (named by its inputs) while they are
+    built; _build deletes it once they are."""
     key = hashlib.sha256(json.dumps([asdict(w) for w in wheels] + [SOURCE_HASH]).encode()).hexdigest()[:16]
     payload = work / f"cuda-toolkit-payload-{key}.tar.gz"
     if not payload.is_file():
@@ -1048,8 +1052,13 @@ def _extra_builders() -> list[Any]:
     return [importlib.import_module(name) for name in EXTRA_BUILDERS if importlib.util.find_spec(name)]
 
 
-def build_mirror(cache: Path = sandbox.CACHE, force: bool = False, catalog_path: Path = CATALOG) -> Path:
-    """Build (or reuse) every fixture under `<cache>/mirror`; returns that root, with manifest.json."""
+def build_mirror(
+    cache: Path = sandbox.CACHE, force: bool = False, catalog_path: Path = CATALOG, every: bool = False
+) -> Path:
+    """Build (or reuse) under `<cache>/mirror` the fixtures the test bed's hosts install
+    (testbed/scenarios.py: installed_artifacts), or with `every` each one the catalog names (the fixtures'
+    contract tests, `python -m testbed.fixtures`); returns that root, with manifest.json. Fixtures built
+    earlier stay while they are up to date."""
     if os.environ.get("MSGPU_NO_MIRROR_BUILD"):
         # The suite's `unit` stage runs while the prepare step builds the mirror (testbed/scenarios.py:
         # unit_stages); a test there that reads the mirror would wait for that build, or race it.
@@ -1058,22 +1067,39 @@ def build_mirror(cache: Path = sandbox.CACHE, force: bool = False, catalog_path:
             "mark it @pytest.mark.prepared (it then runs in the `fixtures` stage, after the mirror is built)"
         )
     root = cache / "mirror"
+    catalog = load_catalog(catalog_path)
+    if every:
+        wanted = None
+    else:
+        from testbed import scenarios  # here: scenarios imports this module
+
+        wanted = scenarios.installed_artifacts(catalog)
     with sandbox.locked(cache / "mirror.lock"):
-        _build_manifest_fixtures(cache, root, force, catalog_path)
+        _build_manifest_fixtures(cache, root, force, catalog, wanted)
         for module in _extra_builders():
-            module.build(cache, root, load_catalog(catalog_path), force)
+            module.build(cache, root, catalog, force, wanted)
     return root
 
 
-def _build_manifest_fixtures(cache: Path, root: Path, force: bool, catalog_path: Path) -> None:
-    """The fixtures listed in manifest.json (NVIDIA runfiles and tarballs rebuilt from PyPI wheels)."""
-    fixtures = plan(load_catalog(catalog_path))
+def _build_manifest_fixtures(
+    cache: Path, root: Path, force: bool, catalog: dict[str, Any], wanted: set[str] | None
+) -> None:
+    """The fixtures listed in manifest.json (NVIDIA runfiles and tarballs rebuilt from PyPI wheels): those in
+    `wanted` (every one when None), and the others while they are built and up to date."""
+    fixtures = plan(catalog)
     old = {} if force else read_manifest(root)
-    stale = [f for f in fixtures if not _up_to_date(f, old.get(f.file), root / f.source / f.path)]
+    current = {f.file for f in fixtures if _up_to_date(f, old.get(f.file), root / f.source / f.path)}
+    # The runfiles share one payload and take a second each once it is built: all of them, always.
+    stale = [
+        f
+        for f in fixtures
+        if f.file not in current and (wanted is None or f.file in wanted or f.kind == "cuda_runfile")
+    ]
     built = _build(stale, cache, root) if stale else {}
     manifest = {
         f.file: manifest_entry(f, root / f.source / f.path, built[f.file]) if f.file in built else old[f.file]
         for f in fixtures
+        if f.file in built or f.file in current
     }
     _remove_dropped(root, old, manifest)
     if manifest != old:
@@ -1101,6 +1127,8 @@ def _build(stale: list[Fixture], cache: Path, root: Path) -> dict[str, str]:
         assert shared is not None
         dest = root / fixture.source / fixture.path
         built[fixture.file] = _timed(fixture.file, lambda p, f=fixture, s=shared: write_runfile(p, f, s), dest)
+    if shared is not None:
+        shared.unlink()  # 650 MB: every runfile is built from it at once (above), none needs it again
     log(f"built {len(stale)} fixture(s) in {time.monotonic() - started:.0f} s")
     return built
 
@@ -1132,7 +1160,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
-        root = build_mirror(args.cache, force=args.force)
+        root = build_mirror(args.cache, force=args.force, every=True)
     except FixtureError as exc:
         print(f"fixtures: {exc}", file=sys.stderr)
         return 1

@@ -31,7 +31,7 @@ CATALOG = fixtures.load_catalog()
 
 @pytest.fixture(scope="session")
 def repo() -> Path:
-    return fixtures.build_mirror() / aptrepo.SOURCE
+    return fixtures.build_mirror(every=True) / aptrepo.SOURCE
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,7 @@ TENSORRT_TARBALLS = sorted(e["tarball"]["file"] for e in CATALOG["tensorrt"].val
 
 @pytest.fixture(scope="session")
 def mirror_root() -> Path:
-    return fixtures.build_mirror()
+    return fixtures.build_mirror(every=True)
 
 
 @pytest.fixture(scope="session")
@@ -424,7 +424,7 @@ def test_mirror_refuses_writes(mirror_root):
 def test_rebuild_is_a_fast_no_op(mirror_root, manifest):
     before = {n: fixture_path(mirror_root, e).stat().st_mtime_ns for n, e in manifest.items()}
     started = time.monotonic()
-    assert fixtures.build_mirror() == mirror_root
+    assert fixtures.build_mirror(every=True) == mirror_root
     assert time.monotonic() - started < 10
     assert fixtures.read_manifest(mirror_root) == manifest
     assert {n: fixture_path(mirror_root, e).stat().st_mtime_ns for n, e in manifest.items()} == before

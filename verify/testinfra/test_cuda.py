@@ -92,6 +92,10 @@ def test_toolkit_tree_belongs_to_its_package(host, install_root, toolkits, stack
             owner = host.check_output(f"dpkg-query --search {shlex.quote(prefix + '/lib64/libcudart.so.11.0')}")
             assert owner.split(":")[0] in toolkit["artifact"]["packages"]
             assert not host.file(f"{prefix}/.msgpu-installed").exists
+            # Once installed, apt's cache keeps no copy of the packages (GBs for NVIDIA's real ones).
+            for package in toolkit["artifact"]["packages"]:
+                kept = host.run(f"ls /var/cache/apt/archives/{shlex.quote(package)}_*.deb").stdout.split()
+                assert not kept, f"{kept}: the installed toolkit's package is still in apt's cache"
 
 
 def test_version_json_reports_the_full_version(host, install_root, toolkits, subtests):

@@ -202,3 +202,14 @@ def test_package_files_are_root_owned_and_not_world_writable(host, library, stac
         if not line.startswith("root:root ") or ("symbolic link" not in line and int(line.split()[1], 8) & 0o002)
     ]
     assert not offenders
+
+
+def test_installed_packages_leave_no_copy_in_apts_cache(host, library, stack):
+    """cuda_repo: once installed, the library's packages are not kept in /var/cache/apt/archives (cuDNN's
+    take about 1 GB there)."""
+    if not from_repo(library.name, stack):
+        pytest.skip("only the cuda_repo method installs the library as packages")
+    for spec in stack[library.name]["artifact"]["packages"]:
+        package = spec.partition("=")[0]
+        kept = host.run(f"ls /var/cache/apt/archives/{shlex.quote(package)}_*.deb").stdout.split()
+        assert not kept, f"{kept}: the installed package is still in apt's cache"
