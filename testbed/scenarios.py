@@ -115,8 +115,8 @@ def installed_artifacts(catalog: dict | None = None) -> set[str]:
     tarballs, and `name` or `name=version` of the cuda_repo packages, of each scenario's stack over the
     sandbox hosts' seed NCCL (the fault, fleet, preflight and system tests install these stacks too).
     build_mirror builds the fixtures of these (testbed/fixtures.py); the fixtures' own contract tests
-    build the others the catalog names (CUDA 11.6, cuDNN 8.5's archive, ...: about 4 GB none of the
-    suite's hosts installs)."""
+    build the others the catalog names (cuDNN 8.5's archive, NCCL 2.14.3's tarball, the CUDA 11.6, cuDNN 8.5
+    and NCCL 2.14.3 packages: about 3.5 GB none of the suite's hosts installs)."""
     catalog = catalog or CATALOG
     unpinned = {f.file: "0" * 64 for f in fixtures.plan(catalog)}  # the resolver lists only pinned downloads
     wanted: set[str] = set()
