@@ -90,18 +90,23 @@ def test(
     try:
         prepare_started = time.monotonic()
         free_before_prepare = shutil.disk_usage(ROOT).free  # the caches the prepare step builds count too
-        image = local.sandbox_image()
-        # The unsupported-OS host's image (a debootstrap of Debian: about a minute, mostly the network and dpkg)
-        # builds beside the fixture mirror (mostly the compressors) on a fresh machine; its error, if any, is raised
+        # The sandbox images (debootstraps of Ubuntu and of the unsupported Debian: about a minute each, mostly
+        # the network and dpkg) build one after the other beside the fixture mirror (mostly the compressors) on a
+        # fresh machine; the driver fixture, which downloads its packages in an Ubuntu container, waits for the
+        # Ubuntu image under the image's lock (testbed/sandbox.py: build_image). An error of either is raised
         # before the stages start.
-        other_image = concurrent.futures.ThreadPoolExecutor(1) if not scenario else None
-        bullseye = other_image.submit(local.sandbox_image, "bullseye") if other_image else None
-        stage_env = {"MSGPU_SANDBOX_IMAGE": image}
+        try:
+            sandbox.ensure_docker()  # once, before the two threads need it
+        except sandbox.SandboxError as exc:
+            raise Exit(f"sandbox: {exc}", code=1) from exc
+        images = concurrent.futures.ThreadPoolExecutor(1)
+        focal = images.submit(local.sandbox_image)
+        bullseye = images.submit(local.sandbox_image, "bullseye") if not scenario else None
         sandbox.compiler_cache_dir()  # the DKMS builds' compiler cache, mounted by the scenarios (testbed/sandbox.py)
-        with local.fixture_mirror() as group_vars:
+        with images, local.fixture_mirror() as group_vars:
+            stage_env = {"MSGPU_SANDBOX_IMAGE": focal.result()}
             if bullseye is not None:
                 bullseye.result()
-                other_image.shutdown()
             timings["prepare (images, fixtures)"] = time.monotonic() - prepare_started
             try:
                 stages = scenarios.suite_stages(group_vars, stage_env, scenario, full)
