@@ -107,28 +107,10 @@ RECIPE_VERSION = 4
 # only when /ccache is mounted, and the real compiler otherwise. Nothing of this is part of the product.
 # The molecule scenarios' platforms mount this same folder (molecule/*/molecule.yml: `volumes`).
 COMPILER_CACHE = ROOT / ".cache" / "ccache"
-COMPILER_WRAPPER = r"""#!/bin/bash
+COMPILER_WRAPPER = r"""#!/bin/sh
 # Test bed only (testbed/sandbox.py): gcc-9 through ccache when the compiler cache is mounted.
 [ -d /ccache ] && [ -x /usr/bin/ccache ] || exec /usr/bin/gcc-9.real "$@"
 export CCACHE_DIR=/ccache
-# DKMS builds a module in /var/lib/dkms/<module>/<version>/build: the driver runfile's (version 470.86, as
-# NVIDIA names it) and Ubuntu's package (470.256.02) build the same sources for the same kernel there, and
-# the version in every path of the arguments would keep ccache from answering one build with the other's
-# compiles. A call that names such a folder names it through a link of one fixed path instead: the same
-# files and the same code; only the paths in the arguments, the dependency files and __FILE__ strings differ.
-# (bash: the arguments are rewritten without a process per call.)
-dkms=""
-for arg in "$@"; do
-    if [[ $arg =~ (/var/lib/dkms/[^/]+/[^/]+/build)(/|$) ]]; then dkms=${BASH_REMATCH[1]}; break; fi
-done
-if [ -n "$dkms" ] && [ -d "$dkms" ]; then
-    link=/tmp/msgpu-dkms-build
-    [[ $link -ef $dkms ]] || ln -sfn "$dkms" "$link"
-    for arg in "$@"; do
-        set -- "$@" "${arg//"$dkms"/$link}"
-        shift
-    done
-fi
 # NVIDIA's conftest.sh probes the kernel with about 200 compiles per module build, each of a new
 # conftest<PID>.c whose PID is in the arguments too (KBUILD_BASENAME), so ccache never finds one
 # again; and about half fail by design, which ccache does not keep. Probes are remembered here,
