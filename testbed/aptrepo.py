@@ -294,10 +294,10 @@ class _DebWriter:
     """Where a deb's bytes go: md5 and sha256 of them (for Packages), their count (tarfile asks for the
     position), and a file, or nothing when only the index entry is wanted."""
 
-    def __init__(self, out: BinaryIO | None) -> None:
+    def __init__(self, out: BinaryIO | None, hashed: bool = True, start: int = 0) -> None:
         self.out = out
-        self.digests = {"MD5sum": hashlib.md5(), "SHA256": hashlib.sha256()}
-        self.size = 0
+        self.digests = {"MD5sum": hashlib.md5(), "SHA256": hashlib.sha256()} if hashed else {}
+        self.size = start
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         if self.out is not None:
@@ -332,9 +332,7 @@ class _Zeros:
 def _data_tar_size(members: list[fixtures.Member], zips: dict[Path, zipfile.ZipFile], offset: int) -> int:
     """The size data.tar will have when written at `offset` of the deb (tarfile pads its end to a record
     counted from there): written once with zeros for the files' bytes, which are not read."""
-    counter = _DebWriter(None)
-    counter.digests = {}
-    counter.size = offset
+    counter = _DebWriter(None, hashed=False, start=offset)
     zeros = {
         m.name: _Zeros(_member_size(m, zips)) for m in members if m.wheel is not None and not m.link and m.data is None
     }
@@ -446,8 +444,9 @@ def build(cache: Path, root: Path, catalog: dict[str, Any], force: bool, wanted:
         by_package = {w.package: paths[w.file] for w in wheels}
         for deb in to_write + to_index:
             entries[deb.file] = _build_deb(repo, deb, by_package, write=deb in to_write, known=known.get(deb.file))
+    current = on_disk | {d.file for d in to_write}
     for path in repo.glob("*.deb"):
-        if path.name not in entries or (path.name not in on_disk and not any(d.file == path.name for d in to_write)):
+        if path.name not in current:
             path.unlink(missing_ok=True)  # a package the catalog dropped, or a stale file of one not written
     packages = "\n".join(entries[d.file]["stanza"] for d in debs)
     if (
