@@ -73,7 +73,7 @@ def test(
         timings["unit"] = run(c, "pytest -q tests/unit", what="unit tests (catalog, resolver, fixtures)")
         print(f"\nAll checks passed in {time.monotonic() - started:.0f} s.")
         return
-    from testbed import sandbox, scenarios, suite  # the containers' suite runs on the test bed
+    from testbed import fixtures, sandbox, scenarios, suite  # the containers' suite runs on the test bed
 
     # The unit stage's copy of the working tree: not made for one scenario alone (--scenario runs no unit test).
     unit = scenarios.unit_stages(env())[0] if not scenario else None
@@ -108,6 +108,9 @@ def test(
             if bullseye is not None:
                 bullseye.result()
             timings["prepare (images, fixtures)"] = time.monotonic() - prepare_started
+            # The wheels the mirror was built from: no stage before the last reads them (testbed/fixtures.py).
+            freed = fixtures.drop_wheels()
+            print(f"Fixture mirror built; its source wheels deleted ({freed / 2**30:.1f} GiB freed)", flush=True)
             try:
                 stages = scenarios.suite_stages(group_vars, stage_env, scenario, full)
                 if only:

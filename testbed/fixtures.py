@@ -204,6 +204,22 @@ def fetch_wheels(wheels: list[Wheel], cache: Path = sandbox.CACHE) -> dict[str, 
     return {w.file: dest / w.file for w in wheels}
 
 
+def drop_wheels(cache: Path = sandbox.CACHE) -> int:
+    """Delete the wheels fetch_wheels downloaded (`<cache>/wheels`), under the mirror builder's lock; returns
+    the bytes this frees (a file another hard link also holds frees nothing). `./toolkit test` calls it once
+    its prepare step has built the mirror: no stage before the last reads them (the fixture mirror is built
+    from them; the hosts install what the mirror and PyPI serve), and at the suite's disk peak they were
+    2.1 GB. The `fixtures` stage's contract tests fetch again what they build from (seconds from PyPI here)."""
+    folder = cache / "wheels"
+    freed = 0
+    with sandbox.locked(cache / "mirror.lock"):
+        for path in folder.glob("*") if folder.is_dir() else ():
+            stat = path.lstat()
+            freed += stat.st_size if stat.st_nlink == 1 else 0
+            path.unlink()
+    return freed
+
+
 # --- reproducible tarballs ---------------------------------------------------------------------
 
 

@@ -525,7 +525,10 @@ def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full
     if scenario:
         return [scenario_stage(scenario, group_vars, env, full)]
     # Longest first (as measured), so that the two lanes end close together, except that the fleet stage (no
-    # DKMS build) runs beside molecule default's first build of the NVIDIA module. Measured on 2 cores
+    # DKMS build) runs beside molecule default's first build of the NVIDIA module, and the preflight stage
+    # (containers that get almost nothing installed) after it, beside molecule default's rebase: that commit
+    # holds the converged host (5.5 GB) twice for about a minute, the suite's disk peak, which the faults
+    # stage's host made 1-2 GB higher (run 28: 22.2 GiB with the caches). Measured on 2 cores
     # (2026-12-02): the compiler cache's hit rate stayed at 41 % (most misses are DKMS conftest compiles,
     # which no order makes cacheable) and the suite's wall time did not change. The fixtures' unit tests fill
     # the gap at the end (the other unit tests ran beside the prepare step: cli/checks.py).
@@ -541,6 +544,13 @@ def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full
             full,
         ),
         pytest_stage(
+            "preflight",
+            "tests/integration --ignore=tests/integration/test_faults.py",
+            "the preflight's refusals and check mode on real containers, each host left unchanged",
+            env,
+            full,
+        ),
+        pytest_stage(
             "faults",
             "tests/integration/test_faults.py",
             "mirror faults, killed runs, power cuts and interrupted installs on a real container",
@@ -548,13 +558,6 @@ def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full
             full,
         ),
         molecule["runfile"],
-        pytest_stage(
-            "preflight",
-            "tests/integration --ignore=tests/integration/test_faults.py",
-            "the preflight's refusals and check mode on real containers, each host left unchanged",
-            env,
-            full,
-        ),
         molecule["nvidia_repo"],
         pytest_stage(
             "serving",

@@ -432,9 +432,10 @@ def test_rebuild_is_a_fast_no_op(mirror_root, manifest):
 
 @pytest.fixture(scope="session")
 def runtime_wheel(catalog, mirror_root) -> tuple[fixtures.Wheel, Path]:
-    """The smallest wheel of the catalog (the CUDA runtime, under 1 MB) and its cached file."""
+    """The smallest wheel of the catalog (the CUDA runtime, under 1 MB) and its cached file (fetched again where
+    `./toolkit test` deleted the builder's wheels after its prepare step: fixtures.drop_wheels)."""
     wheel = fixtures.catalog_wheels(catalog)["nvidia-cuda-runtime-cu11"]
-    return wheel, mirror_root.parent / "wheels" / wheel.file
+    return wheel, fixtures.fetch_wheels([wheel], mirror_root.parent)[wheel.file]
 
 
 @pytest.mark.parametrize("compression", ["gz", "xz"])
