@@ -172,6 +172,10 @@ def test(
         f"{report['disk_freed_by_links_gib']} GiB shared by hard links); wall time {total:.0f} s; "
         f"numbers in {RESULTS / 'test-timings.json'}"
     )
+    if report["peak_disk_at"]:
+        at = report["peak_disk_at"]
+        beside = ", ".join(f"{name} ({seconds} s in)" for name, seconds in at["stages"].items()) or "no stage"
+        print(f"  the peak came {at['seconds']} s after the stages started, while these ran: {beside}")
     failed = [r for r in results if not r.ok]
     if failed:
         raise Exit("FAILED: " + "; ".join(f"{r.stage} at {r.failed_step} (log: {r.log})" for r in failed), code=1)

@@ -154,6 +154,9 @@ class Runner:
         self.results: list[Result] = []
         self.start_free = _free_bytes(root)
         self.min_free = self.start_free
+        # When the least free disk was sampled: seconds since the runner was made, and each running stage's
+        # seconds since it started (what to look at when the peak grows).
+        self.peak_at: dict = {}
         self.start_cpu = _cpu_seconds()
         self.created = time.monotonic()
         self.stop = threading.Event()
@@ -176,6 +179,10 @@ class Runner:
         cpu = _container_cpu()
         names = {cid: _container_name(cid) for cid in cpu if cid not in self.container_names}
         with self.lock:
+            if free < self.min_free:
+                now = time.monotonic()
+                running = {name: round(now - started) for name, (started, _) in self.running.items()}
+                self.peak_at = {"seconds": round(now - self.created), "stages": running}
             self.min_free = min(self.min_free, free)
             self.container_names.update(names)
             for cid, seconds in cpu.items():
@@ -390,6 +397,7 @@ def write_report(
         "peak_disk_used_gib": round(runner.peak_used / 2**30, 1),
         "free_disk_at_start_gib": round(runner.start_free / 2**30, 1),
         "disk_freed_by_links_gib": round(runner.freed / 2**30, 1),
+        "peak_disk_at": runner.peak_at,
         "serial_stages": {k: round(v, 1) for k, v in timings.items()},
         "idempotent_reruns": {
             r.stage[len("molecule ") :]: rerun

@@ -4,6 +4,7 @@ are lines of a real `./toolkit test` log (molecule 26, ansible-core 2.19, profil
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from testbed import suite
@@ -147,3 +148,43 @@ def test_container_cpu_is_summed_by_name_and_keeps_the_last_sample_of_a_containe
     assert sorted(asked) == sorted(names)
     report = suite.write_report(tmp_path / "report.json", {}, [], runner, 1.0)
     assert list(report["container_cpu_seconds"]) == ["msgpu-molecule-focal", "msgpu-fleet-1"]
+
+
+def test_the_report_says_which_stages_ran_when_the_disk_was_fullest(tmp_path, monkeypatch):
+    """Only a new low of the free disk moves `peak_disk_at`: the seconds since the runner began and each stage
+    that ran then, with how long it had run."""
+    free = iter([100, 60, 80, 70, 90])
+    monkeypatch.setattr(suite, "_free_bytes", lambda root: next(free))
+    monkeypatch.setattr(suite, "_container_cpu", lambda: {})
+    runner = suite.Runner(tmp_path, tmp_path / "logs", {})  # 100 free at its start
+    now = time.monotonic()
+    runner.running = {"faults": (now - 30, tmp_path / "f.log"), "molecule default": (now - 600, tmp_path / "d.log")}
+    runner.sample()  # 60: the low
+    runner.running = {"fixtures": (now - 5, tmp_path / "x.log")}
+    runner.sample()  # 80
+    runner.sample()  # 70: above the low
+    assert runner.peak_used == 40
+    assert runner.peak_at["stages"] == {"faults": 30, "molecule default": 600}
+    report = suite.write_report(tmp_path / "report.json", {}, [], runner, 1.0, free_before=100)
+    assert report["peak_disk_at"] == runner.peak_at
+
+
+def test_a_stage_marked_alone_runs_when_no_other_does(tmp_path):
+    """The `fixtures` stage is `alone` (testbed/scenarios.py: unit_stages): listed among others, it waits for the
+    running ones to end and the rest wait for it, while the others still share the lanes."""
+
+    def timed(name: str, seconds: float) -> str:
+        return f"date +%s.%N > {tmp_path / name}.start && sleep {seconds} && date +%s.%N > {tmp_path / name}.end"
+
+    stages = [_stage("a", timed("a", 1.0)), _stage("b", timed("b", 0.5)), _stage("c", timed("c", 0.5))]
+    stages[1].alone = True
+    stages.append(_stage("d", timed("d", 0.5)))
+    runner = suite.Runner(tmp_path, tmp_path / "logs", {"PATH": "/usr/bin:/bin"}, lanes=2)
+    assert all(r.ok for r in runner.run(stages))
+    span = {n: tuple(float((tmp_path / f"{n}.{e}").read_text()) for e in ("start", "end")) for n in "abcd"}
+
+    def overlap(x: str, y: str) -> bool:
+        return span[x][0] < span[y][1] and span[y][0] < span[x][1]
+
+    assert not any(overlap("b", other) for other in "acd"), span
+    assert overlap("a", "c"), span  # the lanes still run two at once
