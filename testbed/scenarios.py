@@ -479,7 +479,7 @@ def unit_stages(env: dict[str, str]) -> tuple[suite.Stage, suite.Stage]:
                 f"unit tests: {what} (in {copy}, a copy of the working tree)",
                 [suite.Step(name, command, {**env, "MSGPU_CACHE": str(sandbox.CACHE), **extra})],
                 # `fixtures` builds the fixtures no host installs (3.5 GB) from the wheels, fetched again (2.1 GB):
-                # alone, as the last stage, so that this is not added to a scenario's host (suite_stages).
+                # alone, as the last stage, so that this does not come on top of a scenario's host (suite_stages).
                 alone=name == "fixtures",
             )
         )
