@@ -115,8 +115,8 @@ def installed_artifacts(catalog: dict | None = None) -> set[str]:
     tarballs, and `name` or `name=version` of the cuda_repo packages, of each scenario's stack over the
     sandbox hosts' seed NCCL (the fault, fleet, preflight and system tests install these stacks too).
     build_mirror builds the fixtures of these (testbed/fixtures.py); the fixtures' own contract tests
-    build the others the catalog names (cuDNN 8.5's archive, NCCL 2.14.3's tarball, the CUDA 11.6, cuDNN 8.5
-    and NCCL 2.14.3 packages: about 3.5 GB none of the suite's hosts installs)."""
+    build the others the catalog names (the CUDA 11.6 runfile, cuDNN 8.5's archive, NCCL 2.14.3's tarball, the
+    CUDA 11.6, cuDNN 8.5 and NCCL 2.14.3 packages: about 4.2 GB none of the suite's hosts installs)."""
     catalog = catalog or CATALOG
     unpinned = {f.file: "0" * 64 for f in fixtures.plan(catalog)}  # the resolver lists only pinned downloads
     wanted: set[str] = set()
@@ -478,7 +478,7 @@ def unit_stages(env: dict[str, str]) -> tuple[suite.Stage, suite.Stage]:
                 name,
                 f"unit tests: {what} (in {copy}, a copy of the working tree)",
                 [suite.Step(name, command, {**env, "MSGPU_CACHE": str(sandbox.CACHE), **extra})],
-                # `fixtures` builds the fixtures no host installs (3.5 GB) from the wheels, fetched again (2.1 GB):
+                # `fixtures` builds the fixtures no host installs (4.2 GB) from the wheels, fetched again (2.1 GB):
                 # alone, as the last stage, so that this does not come on top of a scenario's host (suite_stages).
                 alone=name == "fixtures",
             )
