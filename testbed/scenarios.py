@@ -8,6 +8,7 @@ that name versions are derived from the catalog through the resolver's public he
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import filecmp
 import hashlib
@@ -478,9 +479,6 @@ def unit_stages(env: dict[str, str]) -> tuple[suite.Stage, suite.Stage]:
                 name,
                 f"unit tests: {what} (in {copy}, a copy of the working tree)",
                 [suite.Step(name, command, {**env, "MSGPU_CACHE": str(sandbox.CACHE), **extra})],
-                # `fixtures` builds the fixtures no host installs (4.2 GB) from the wheels, fetched again (2.1 GB):
-                # alone, as the last stage, so that this does not come on top of a scenario's host (suite_stages).
-                alone=name == "fixtures",
             )
         )
     return stages[0], stages[1]
@@ -534,10 +532,11 @@ def suite_stages(group_vars: dict, env: dict[str, str], scenario: str = "", full
     # stage's host made 1-2 GB higher (run 28: 22.2 GiB with the caches). Measured on 2 cores
     # (2026-12-02): the compiler cache's hit rate stayed at 41 % (most misses are DKMS conftest compiles,
     # which no order makes cacheable) and the suite's wall time did not change. The fixtures' unit tests run
-    # last and alone (unit_stages): beside molecule wheels' TensorRT install, their 5.6 GB made the run's disk
-    # peak (run 29: 24.1 GiB with the caches). The other unit tests ran beside the prepare step (cli/checks.py).
+    # last and alone: they build the fixtures no host installs (4.2 GB) from the wheels, fetched again (2.1 GB),
+    # which beside molecule wheels' TensorRT install made the run's disk peak (run 29: 24.1 GiB with the caches).
+    # The other unit tests ran beside the prepare step (cli/checks.py).
     molecule = {name: scenario_stage(name, group_vars, env, full) for name in SCENARIOS}
-    _, fixtures_unit = unit_stages(env)
+    fixtures_unit = dataclasses.replace(unit_stages(env)[1], alone=True)
     stages = [
         molecule[VERIFY_SCENARIO],
         pytest_stage(

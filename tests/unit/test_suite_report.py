@@ -170,7 +170,7 @@ def test_the_report_says_which_stages_ran_when_the_disk_was_fullest(tmp_path, mo
 
 
 def test_a_stage_marked_alone_runs_when_no_other_does(tmp_path):
-    """The `fixtures` stage is `alone` (testbed/scenarios.py: unit_stages): listed among others, it waits for the
+    """The `fixtures` stage is `alone` (testbed/scenarios.py: suite_stages): listed among others, it waits for the
     running ones to end and the rest wait for it, while the others still share the lanes."""
 
     def timed(name: str, seconds: float) -> str:
