@@ -7,7 +7,9 @@ loopback mirror (standing in for upstream), it measures:
   3. the idempotent re-run of the converged hosts, 1 and 4 (seconds, changed count), with the CPU time it
      took on the controller (ansible-playbook and every process it started) and inside the hosts (their
      cgroups). The controller's 4-vs-1 CPU ratio is its per-host overhead; on a machine with fewer cores
-     than hosts the wall-time ratio is bounded below by the CPU the hosts' own module runs need.
+     than hosts the wall-time ratio is bounded below by the CPU the hosts' own module runs need;
+  4. the floor: the same 1 and 4 hosts running a playbook of as many no-op tasks per host as the re-run has
+     results (Ansible's own cost per task and host: what a playbook of that size costs with nothing to do).
 By default the run covers the parts that come from NVIDIA's servers plus OpenMPI (preflight, cuda, cudnn,
 nccl, openmpi); `full` runs the whole site.yml (a real DKMS build and the MindSpore venv per host: on a
 2-core machine that takes an hour). Prints the numbers and writes them as JSON.
@@ -79,7 +81,8 @@ def _floor(work: Path, tasks: int) -> dict:
     """Ansible's own cost per host on this machine: a playbook of `tasks` tasks that do nothing (set_fact of a
     small template, no host call), as many as one host's re-run of the toolkit has results, on the same 4
     containers with the same inventory layout and ansible.cfg, once for 1 host and once for 4. Its 4-vs-1 ratio
-    is the least any playbook of that many tasks per host gets here: what the toolkit's ratio compares with."""
+    is what Ansible alone gets for that many tasks per host on this machine: what the toolkit's ratio
+    compares with (docs/testing.md, "Fleet re-run" numbers)."""
     playbook = work / "floor.yml"
     steps = [
         {"name": f"No-op {n}", "ansible.builtin.set_fact": {f"__floor_{n % 5}": f"{{{{ {n} + 1 }}}}"}}
