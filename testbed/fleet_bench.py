@@ -33,10 +33,11 @@ from testbed import fleet as fleet_bed
 ROOT = Path(__file__).resolve().parent.parent
 HOSTS = [f"msgpu-bench-{n}" for n in range(1, 5)]
 SUBSET = "preflight,cuda,cudnn,nccl,openmpi"
-RECAP = re.compile(r"^(msgpu-bench-\d+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-# Task results per host (ok + skipped): how many tasks the floor's playbook gets.
-RESULTS = re.compile(
-    r"^msgpu-bench-\d+\s*:\s*ok=(\d+)\s+changed=\d+\s+unreachable=\d+\s+failed=\d+\s+skipped=(\d+)", re.M
+# A host's line of the play recap; ok + skipped is how many task results it had (what the floor's playbook gets).
+RECAP = re.compile(
+    r"^(?P<host>msgpu-bench-\d+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
+    r"\s+failed=(?P<failed>\d+)\s+skipped=(?P<skipped>\d+)",
+    re.M,
 )
 
 
@@ -70,8 +71,9 @@ def _converge(
     started = time.monotonic()
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     seconds = time.monotonic() - started
-    recap = {host: int(changed) for host, changed, unreachable, failed in RECAP.findall(result.stdout)}
-    failed = [h for h, _, u, f in RECAP.findall(result.stdout) if int(u) or int(f)]
+    lines = [m.groupdict() for m in RECAP.finditer(result.stdout)]
+    recap = {line["host"]: int(line["changed"]) for line in lines}
+    failed = [line["host"] for line in lines if int(line["unreachable"]) or int(line["failed"])]
     if result.returncode != 0 or failed:
         raise RuntimeError(f"converge failed on {failed or 'the run'}:\n{(result.stdout + result.stderr)[-4000:]}")
     return seconds, recap, result.stdout
@@ -135,7 +137,7 @@ def run(out: Path, full: bool = False, group_vars_for=None) -> dict:
                 controller, inside = _controller_cpu_seconds(), _host_cpu_seconds(hosts)
                 rerun, rerun_recap, rerun_out = _converge(inventory, tags)
                 row["idempotent_rerun"] = {
-                    "task_results_per_host": max(int(ok) + int(skipped) for ok, skipped in RESULTS.findall(rerun_out)),
+                    "task_results_per_host": max(int(m["ok"]) + int(m["skipped"]) for m in RECAP.finditer(rerun_out)),
                     "seconds": round(rerun, 1),
                     "changed": sum(rerun_recap.values()),
                     "controller_cpu_seconds": round(_controller_cpu_seconds() - controller, 1),
