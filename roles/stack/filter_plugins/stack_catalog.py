@@ -210,7 +210,7 @@ class _Resolver:
         stacks = self.catalog["stacks"]
         name = str(self.setting("name", "") or self.catalog["default_stack"])
         if name not in stacks:
-            self.error("stack_name", f"'{name}' is not in the catalog; allowed: {_allowed(stacks)}")
+            self.error("stack_name", f"'{name}' is not in the catalog; allowed: {_allowed(stacks)}, or 'auto'")
             return {}
         stack = dict(stacks[name], name=name)
         sources = self.sources()
@@ -313,10 +313,38 @@ class _Resolver:
             name: art(dict(entry, package=name, source="pypi"))
             for name, entry in self.catalog.get("cuda_wheels", {}).items()
         }
+        resolved["verified_on_gpu"] = bool(stack.get("verified_on_gpu", False))
+        resolved["gpu_code"] = self.gpu_code(resolved)
         self.apply_cache(resolved)
         resolved["disk"] = self.disk_parts(resolved)
         resolved["disk_mb"] = sum(part["mb"] for part in resolved["disk"])
         return resolved
+
+    def gpu_code(self, resolved: dict[str, Any]) -> list[dict[str, Any]]:
+        """What each component the stack installs runs on, for verify/msgpu_verify/compute.py: the vendor's
+        word (`gpu:` under the version here) and what the wheel's libraries carry, where measured
+        (catalog/gpu_code.yml, loaded beside this catalog as `gpu_code`). TensorRT only when it is installed."""
+        measured = self.catalog.get("gpu_code") or {}
+        parts = [("mindspore", "MindSpore"), ("cuda", "CUDA"), ("cudnn", "cuDNN"), ("nccl", "NCCL")]
+        if resolved.get("tensorrt", {}).get("enabled"):
+            parts.append(("tensorrt", "TensorRT"))
+        out = []
+        for key, label in parts:
+            version = str(resolved.get(key, {}).get("version", ""))
+            if not version:
+                continue
+            code = dict((self.catalog.get(key, {}).get(version) or {}).get("gpu") or {})
+            record = (measured.get(key) or {}).get(version) or {}
+            libraries = {
+                name: lib
+                for name, lib in (record.get("libraries") or {}).items()
+                if for_cuda(name, str(resolved.get("cuda", {}).get("version", "")))
+            }
+            if libraries:
+                code["libraries"] = libraries
+                code["measured"] = f"{record.get('wheel', '')}: {record.get('measured', '')}".strip(": ")
+            out.append({"name": label, "version": version, "code": code})
+        return out
 
     def disk_parts(self, resolved: dict[str, Any]) -> list[dict[str, Any]]:
         """What the stack puts under stack_install_prefix, part by part, and how the host preflight
@@ -755,8 +783,62 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+# A wheel built for several CUDA versions (mindspore 2.x: plugin/gpu10.1/, plugin/gpu11.1/, libcuda_ops.so.10 and
+# .so.11, libmindspore_gpu.so.11.6) loads only the libraries of the installed CUDA: the others do not count.
+CUDA_IN_PATH = (
+    re.compile(r"/gpu(\d+\.\d+)/"),
+    re.compile(r"libmindspore_gpu\.so\.(\d+\.\d+)$"),
+    re.compile(r"libcuda_ops\.so\.(\d+)$"),
+)
+
+
+def for_cuda(library: str, cuda_version: str) -> bool:
+    """Whether a wheel's GPU library is one the stack's CUDA loads (one that names no CUDA version always is)."""
+    for pattern in CUDA_IN_PATH:
+        match = pattern.search(library)
+        if match:
+            named = match.group(1)
+            return cuda_version == named or ("." not in named and cuda_version.split(".")[0] == named)
+    return True
+
+
+def stack_order(catalog: dict[str, Any]) -> list[str]:
+    """The catalog's stacks as `stack_name: auto` tries them: verified on GPUs first, then the newest MindSpore
+    (then the newest CUDA) first."""
+    stacks = catalog.get("stacks", {})
+
+    def key(name: str) -> tuple[Any, ...]:
+        entry = stacks[name]
+        return (
+            bool(entry.get("verified_on_gpu", False)),
+            version_key(str(entry.get("mindspore", ""))),
+            version_key(str(entry.get("cuda", ""))),
+        )
+
+    return sorted(stacks, key=key, reverse=True)
+
+
 def resolve_stack(catalog: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-    """Resolve `settings` (stack_* variables without the prefix) against `catalog`."""
+    """Resolve `settings` (stack_* variables without the prefix) against `catalog`.
+
+    `name: auto`: the host preflight picks a stack per host from its GPUs (gpu_support.py: stack_for_gpus);
+    before the GPUs are known, the first stack of stack_order() that the other settings fit stands in for it
+    (its `requested_name` is "auto"); when none fits, the errors are the catalog default's."""
+    if str(settings.get("name", "")).strip() == "auto":
+        first: dict[str, Any] = {}
+        for name in stack_order(catalog):
+            result = resolve_stack(catalog, dict(settings, name=name))
+            first = first or result
+            if not result["errors"]:
+                result["stack"]["requested_name"] = "auto"
+                return result
+        default = resolve_stack(catalog, dict(settings, name=catalog.get("default_stack", "")))
+        default["errors"] = [
+            f"stack_name: 'auto' found no catalog stack that the other stack_* settings fit; for the default "
+            f"stack {catalog.get('default_stack')}: {error}"
+            for error in default["errors"]
+        ] or first.get("errors", [])
+        return default
     resolver = _Resolver(catalog, settings)
     try:
         stack = resolver.resolve()
@@ -772,6 +854,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "stack_resolve": resolve_stack,
+            "stack_order": stack_order,
             "stack_version_key": version_key,
             "stack_cache_manifest": cache_manifest,
             "stack_cache_components": cache_components,

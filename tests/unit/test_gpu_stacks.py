@@ -1,0 +1,176 @@
+"""A stack only where it can run: the `stack_for_gpus` filter (roles/stack/filter_plugins/gpu_support.py) with the
+real catalog (stacks.yml, the measured gpu_code.yml, the generated gpu_ids.yml) on substituted sysfs trees read by
+host_check.py, as the preflight runs it; `stack_name: auto` in the resolver; docs/gpus.md generated from them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, load_module
+from tests.unit.test_gpu_support import HOST_BRIDGE, gpu, scan
+
+MACHINES = {
+    "h100": [HOST_BRIDGE, *gpu(0x19, "0x2330", "0x030200")],
+    "rtx4090": [HOST_BRIDGE, *gpu(0x01, "0x2684")],
+    "l40s": [HOST_BRIDGE, *gpu(0x01, "0x26b9", "0x030200")],
+    "k80": [HOST_BRIDGE, *gpu(0x04, "0x102d", "0x030200")],
+    "a100": [HOST_BRIDGE, *gpu(0x07, "0x20b0", "0x030200")],
+    "rtx3090x4": [HOST_BRIDGE, *(f for bus in (0x01, 0x21, 0x41, 0x61) for f in gpu(bus, "0x2204"))],
+    "t4": [HOST_BRIDGE, *gpu(0x3b, "0x1eb8", "0x030200")],
+    "mixed": [HOST_BRIDGE, *gpu(0x01, "0x2204"), *gpu(0x41, "0x2684")],
+}
+SETTINGS = {"name": ""}
+
+
+@pytest.fixture(scope="module")
+def data():
+    catalog = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+    catalog["gpu_code"] = yaml.safe_load((ROOT / "catalog" / "gpu_code.yml").read_text())
+    gpu_ids = yaml.safe_load((ROOT / "catalog" / "gpu_ids.yml").read_text())
+    return catalog, gpu_ids
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    return load_module("gpu_support_stacks", ROOT / "roles" / "stack" / "filter_plugins" / "gpu_support.py")
+
+
+@pytest.fixture
+def run(tmp_path, data, plugin, monkeypatch):
+    import tests.unit.test_gpu_support as base
+
+    monkeypatch.setattr(base, "MACHINES", {**base.MACHINES, **MACHINES})
+    catalog, gpu_ids = data
+
+    def go(machine: str, current: str = "ms1.5-cuda11.1", no_gpu: bool = False, **settings):
+        found = scan(tmp_path / machine, machine)
+        return plugin.stack_for_gpus(
+            gpu_ids, catalog, {**SETTINGS, **settings}, found, "gpu01", no_gpu, current or settings.get("name", "")
+        )
+
+    return go
+
+
+def test_every_catalog_stack_has_code_data_for_each_component(data, stack_catalog):
+    catalog, _ = data
+    for name in catalog["stacks"]:
+        stack = stack_catalog.resolve_stack(catalog, {"name": name, "tensorrt_enabled": True})["stack"]
+        names = [c["name"] for c in stack["gpu_code"]]
+        assert names == ["MindSpore", "CUDA", "cuDNN", "NCCL", "TensorRT"], name
+        for component in stack["gpu_code"]:
+            code = component["code"]
+            assert code.get("libraries") or code.get("max") or code.get("sass"), (name, component)
+
+
+def test_the_seeds_rtx3090_box_runs_the_default_stack(run):
+    result = run("rtx3090x4")
+    assert result["errors"] == []
+    assert "4x 10de:2204 (NVIDIA GeForce RTX 3090, CC 8.6)" in result["reason"]
+
+
+def test_a100_runs_the_default_stack(run):
+    assert run("a100")["errors"] == []
+
+
+def test_h100_is_refused_with_the_component_and_no_stack_to_offer(run):
+    (error,) = run("h100")["errors"]
+    assert error.startswith("gpu01: stack ms1.5-cuda11.1 cannot run on GPU 10de:2330 (NVIDIA H100 80GB HBM3, CC 9.0)")
+    assert "cuDNN 8.0.5 has code up to CC 8.6 and is not hardware forward compatible" in error
+    assert "allowed: none: no catalog stack runs on this GPU" in error
+    assert "ms2.2-cuda11.6: " in error and "cuDNN 8.5.0" in error
+
+
+def test_k80_is_refused_for_mindspores_own_kernels(run):
+    (error,) = run("k80")["errors"]
+    assert "10de:102d" in error and "CC 3.7" in error
+    assert "MindSpore 1.5.1 has in " in error and "no code that runs on CC 3.7" in error
+    assert "no catalog stack runs on this GPU" in error
+
+
+def test_ada_runs_untuned_with_warnings_and_tensorrt_is_refused(run):
+    for machine, devid in (("rtx4090", "2684"), ("l40s", "26b9")):
+        result = run(machine)
+        assert result["errors"] == [], machine
+        text = " ".join(result["warnings"])
+        assert f"10de:{devid}" in text and "CC 8.9" in text
+        assert "cuDNN 8.0.5 is built up to CC 8.6: runs on 8.9 untuned, outside its support matrix" in text
+        (error,) = run(machine, tensorrt_enabled=True)["errors"]
+        assert "TensorRT 7.2.2.3 supports CC up to 8.6 and refuses newer GPUs" in error
+
+
+def test_a_mixed_box_names_only_the_gpu_that_cannot_run_it(run):
+    (error,) = run("mixed", tensorrt_enabled=True)["errors"]
+    assert "10de:2684" in error and "10de:2204" not in error
+    assert "at 0000:41:00.0" in error
+
+
+def test_auto_chooses_the_newest_verified_stack_that_runs_and_whose_branch_drives_the_gpus(run):
+    result = run("rtx3090x4", name="auto")
+    assert result["auto"] and result["errors"] == []
+    assert result["name"] == "ms2.2-cuda11.6"
+    assert result["reason"].startswith('stack_name: auto chose "ms2.2-cuda11.6" for gpu01')
+
+
+def test_auto_takes_the_other_settings_into_account(run):
+    # cuDNN 8.0.5 is for CUDA 11.0/11.1: the CUDA 11.6 stack does not fit it, the next one does.
+    result = run("rtx3090x4", name="auto", cudnn_version="8.0.5")
+    assert result["name"] == "ms2.0-cuda11.1"
+    assert "ms2.2-cuda11.6: the other stack_* settings do not fit it" in result["reason"]
+
+
+def test_auto_respects_a_fixed_driver_branch(run):
+    result = run("rtx4090", name="auto", driver_branch="470")
+    (error,) = result["errors"]
+    assert error.startswith("stack_name: auto found no catalog stack that runs on every GPU of gpu01")
+    assert 'driver: stack_driver_branch: "470" does not drive GPU 10de:2684' in error
+
+
+def test_auto_on_hopper_and_kepler_finds_nothing(run):
+    for machine in ("h100", "k80"):
+        (error,) = run(machine, name="auto")["errors"]
+        assert "stack_name: auto found no catalog stack" in error, machine
+
+
+def test_auto_on_a_mixed_box_picks_one_stack_for_both(run):
+    result = run("mixed", name="auto", tensorrt_enabled=True)
+    # TensorRT stops at SM 8.6 in every stack: nothing runs on the RTX 4090 with it.
+    assert result["errors"] and "10de:2684" in result["errors"][0]
+    result = run("mixed", name="auto")
+    assert result["errors"] == [] and result["name"] == "ms2.2-cuda11.6"
+
+
+def test_t4_gets_a_stack(run):
+    result = run("t4", name="auto")
+    assert result["errors"] == [] and result["name"]
+
+
+def test_no_gpu_keeps_the_stand_in(run):
+    result = run("h100", name="auto", no_gpu=True, current="ms2.2-cuda11.6")
+    assert result["name"] == "ms2.2-cuda11.6" and result["errors"] == []
+    assert "stack_no_gpu: true" in result["reason"]
+    assert run("h100", no_gpu=True)["errors"] == []
+
+
+def test_resolver_accepts_auto_with_a_stand_in(data, stack_catalog):
+    catalog, _ = data
+    result = stack_catalog.resolve_stack(catalog, {"name": "auto"})
+    assert result["errors"] == []
+    assert result["stack"]["requested_name"] == "auto"
+    assert result["stack"]["name"] == stack_catalog.stack_order(catalog)[0]
+    result = stack_catalog.resolve_stack(catalog, {"name": "auto", "cudnn_version": "8.0.5"})
+    assert result["stack"]["name"] == "ms2.0-cuda11.1"
+    result = stack_catalog.resolve_stack(catalog, {"name": "auto", "cuda_version": "9.9"})
+    assert result["errors"][0].startswith("stack_name: 'auto' found no catalog stack that the other stack_* settings")
+
+
+def test_docs_gpu_table_is_generated_from_the_catalog():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "catalog" / "tools" / "gpu_table.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    text = (ROOT / "docs" / "gpus.md").read_text()
+    assert "| 9.0 |" in text and "**no** (NCCL 2.14.3, cuDNN 8.0.5)" in text
