@@ -82,7 +82,8 @@ PASSED = {
     "rtx3090-auto": on("rtx3090", stack_name="auto"),
     "l40s-auto": on("l40s", stack_name="auto"),
     "t4-auto": on("t4", stack_name="auto"),
-    "mixed-auto": on("mixed", stack_name="auto", stack_cudnn_version="8.0.5", stack_driver_branch="auto"),
+    "cuda116-auto": on("a100", stack_name="auto", stack_cuda_version="11.6"),
+    "mixed-auto": on("mixed", stack_name="auto", stack_driver_branch="auto"),
 }
 
 
@@ -117,10 +118,12 @@ def test_every_passing_case_passes_and_says_what_it_chose(runs):
     _, passed, _, _ = runs
     output = " ".join(passed.output.split())
     assert passed.rc == 0, passed.output[-6000:]
-    assert 'stack_name: auto chose "ms2.2-cuda11.6" for rtx3090-auto' in output
+    # Measured stacks first: ms2.0 where its branch (470) drives the GPUs; on the L40S only ms2.2's 535 does.
+    assert 'stack_name: auto chose "ms2.0-cuda11.1" for rtx3090-auto' in output
     assert 'stack_name: auto chose "ms2.2-cuda11.6" for l40s-auto' in output
-    assert 'stack_name: auto chose "ms2.2-cuda11.6" for t4-auto' in output
-    # The other settings decide too: cuDNN 8.0.5 is CUDA 11.1's, and ms2.0 runs on both GPUs of the mixed box.
+    assert 'stack_name: auto chose "ms2.0-cuda11.1" for t4-auto' in output
+    # The other settings decide too: CUDA 11.6 is only ms2.2's.
+    assert 'stack_name: auto chose "ms2.2-cuda11.6" for cuda116-auto' in output
     assert 'stack_name: auto chose "ms2.0-cuda11.1" for mixed-auto' in output
     assert "rtx4090-untuned: GPU 10de:2684 (NVIDIA GeForce RTX 4090, CC 8.9)" in output
     assert "cuDNN 8.0.5 is built up to CC 8.6: runs on 8.9 untuned" in output

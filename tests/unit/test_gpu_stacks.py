@@ -46,11 +46,9 @@ def run(tmp_path, data, plugin, monkeypatch):
     monkeypatch.setattr(base, "MACHINES", {**base.MACHINES, **MACHINES})
     catalog, gpu_ids = data
 
-    def go(machine: str, current: str = "ms1.5-cuda11.1", no_gpu: bool = False, **settings):
+    def go(machine: str, current: str = "ms1.5-cuda11.1", no_gpu: bool = False, tag: str = "cp38", **settings):
         found = scan(tmp_path / machine, machine)
-        return plugin.stack_for_gpus(
-            gpu_ids, catalog, {**SETTINGS, **settings}, found, "gpu01", no_gpu, current or settings.get("name", "")
-        )
+        return plugin.stack_for_gpus(gpu_ids, catalog, {**SETTINGS, **settings}, found, "gpu01", no_gpu, current, tag)
 
     return go
 
@@ -108,18 +106,27 @@ def test_a_mixed_box_names_only_the_gpu_that_cannot_run_it(run):
     assert "at 0000:41:00.0" in error
 
 
-def test_auto_chooses_the_newest_verified_stack_that_runs_and_whose_branch_drives_the_gpus(run):
+def test_auto_chooses_the_newest_measured_verified_stack_that_runs_and_whose_branch_drives_the_gpus(run):
+    # mindspore 2.2.14's wheel could not be read (only its build flags): the measured 2.0.0 comes first.
     result = run("rtx3090x4", name="auto")
     assert result["auto"] and result["errors"] == []
-    assert result["name"] == "ms2.2-cuda11.6"
-    assert result["reason"].startswith('stack_name: auto chose "ms2.2-cuda11.6" for gpu01')
-
-
-def test_auto_takes_the_other_settings_into_account(run):
-    # cuDNN 8.0.5 is for CUDA 11.0/11.1: the CUDA 11.6 stack does not fit it, the next one does.
-    result = run("rtx3090x4", name="auto", cudnn_version="8.0.5")
     assert result["name"] == "ms2.0-cuda11.1"
-    assert "ms2.2-cuda11.6: the other stack_* settings do not fit it" in result["reason"]
+    assert result["reason"].startswith('stack_name: auto chose "ms2.0-cuda11.1" for gpu01')
+
+
+MS2214_CP38 = "mindspore-2.2.14-cp38-cp38-linux_x86_64.whl"
+
+
+def test_auto_takes_the_other_settings_and_the_wheels_checksum_into_account(run):
+    # Only the CUDA 11.6 stack accepts CUDA 11.6; its vendor wheel has no public checksum.
+    (error,) = run("rtx3090x4", name="auto", cuda_version="11.6")["errors"]
+    assert "ms2.0-cuda11.1: the other stack_* settings do not fit it (stack_cuda_version" in error
+    assert f"ms2.2-cuda11.6: no checksum for {MS2214_CP38} for cp38" in error
+    result = run("rtx3090x4", name="auto", cuda_version="11.6", artifact_checksums={MS2214_CP38: "ab" * 32})
+    assert result["errors"] == [] and result["name"] == "ms2.2-cuda11.6"
+    # Without a wheel for the host's Python at all.
+    (error,) = run("rtx3090x4", name="auto", tag="cp311")["errors"]
+    assert "no MindSpore wheel for cp311" in error
 
 
 def test_auto_respects_a_fixed_driver_branch(run):
@@ -139,8 +146,12 @@ def test_auto_on_a_mixed_box_picks_one_stack_for_both(run):
     result = run("mixed", name="auto", tensorrt_enabled=True)
     # TensorRT stops at SM 8.6 in every stack: nothing runs on the RTX 4090 with it.
     assert result["errors"] and "10de:2684" in result["errors"][0]
-    result = run("mixed", name="auto")
+    # ms2.0's own branch (470) does not drive the RTX 4090, nor do those of ms1.10 and ms1.5; 2.2's 535 does.
+    result = run("mixed", name="auto", artifact_checksums={MS2214_CP38: "ab" * 32})
     assert result["errors"] == [] and result["name"] == "ms2.2-cuda11.6"
+    assert 'ms2.0-cuda11.1: driver: stack_driver_branch: "470" does not drive GPU 10de:2684' in result["reason"]
+    result = run("mixed", name="auto", driver_branch="auto")
+    assert result["errors"] == [] and result["name"] == "ms2.0-cuda11.1"
 
 
 def test_t4_gets_a_stack(run):
@@ -161,8 +172,8 @@ def test_resolver_accepts_auto_with_a_stand_in(data, stack_catalog):
     assert result["errors"] == []
     assert result["stack"]["requested_name"] == "auto"
     assert result["stack"]["name"] == stack_catalog.stack_order(catalog)[0]
-    result = stack_catalog.resolve_stack(catalog, {"name": "auto", "cudnn_version": "8.0.5"})
-    assert result["stack"]["name"] == "ms2.0-cuda11.1"
+    result = stack_catalog.resolve_stack(catalog, {"name": "auto", "cuda_version": "11.6"})
+    assert result["stack"]["name"] == "ms2.2-cuda11.6"
     result = stack_catalog.resolve_stack(catalog, {"name": "auto", "cuda_version": "9.9"})
     assert result["errors"][0].startswith("stack_name: 'auto' found no catalog stack that the other stack_* settings")
 

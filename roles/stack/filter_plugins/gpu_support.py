@@ -291,13 +291,16 @@ def stack_for_gpus(
     host: str = "",
     no_gpu: bool = False,
     current: str = "",
+    python_tag: str = "",
 ) -> dict[str, Any]:
     """Whether the stack's code runs on every GPU of one host, or (stack_name: auto) which stack does.
 
     catalog: catalog/stacks.yml with catalog/gpu_code.yml under `gpu_code`; settings: the resolver's settings
     (roles/stack/vars/main.yml); gpus: host_check.py's output; current: the stack resolved before the GPUs
-    were known (for auto, the stand-in). Returns ``{"name" (the stack for this host), "auto", "errors",
-    "warnings", "reason", "gpus" (with CC)}``; errors name the host, the GPU, the component and what works."""
+    were known (for auto, the stand-in); python_tag: the host interpreter's wheel tag (auto passes over a stack
+    whose MindSpore wheel for it is neither pinned nor given as a local file). Returns ``{"name" (the stack for
+    this host), "auto", "errors", "warnings", "reason", "gpus" (with CC)}``; errors name the host, the GPU, the
+    component and what works."""
     compute = _compute()
     resolve = _catalog().resolve_stack
     order = _catalog().stack_order(catalog)
@@ -324,37 +327,44 @@ def stack_for_gpus(
         return result
     verdicts: dict[str, tuple[str, list[str], bool]] = {}
 
-    def evaluate(name: str, with_driver: bool) -> tuple[str, list[str], bool]:
-        """('' or why not, warnings, verified) of one catalog stack on this host's GPUs."""
-        if (name, with_driver) in verdicts:
-            return verdicts[(name, with_driver)]
+    def evaluate(name: str, full: bool) -> tuple[str, list[str], bool]:
+        """('' or why not, warnings, verified) of one catalog stack on this host's GPUs; `full`: also its MindSpore
+        wheel for the host's Python and its driver branch (auto), not only whether its code runs here."""
+        if (name, full) in verdicts:
+            return verdicts[(name, full)]
         resolved = resolve(catalog, dict(settings, name=name))
         stack = resolved["stack"]
         if resolved["errors"]:
-            verdict = (f"the other stack_* settings do not fit it ({resolved['errors'][0]})", [], False)
-        else:
-            checked = compute.check(stack.get("gpu_code", []), present, host, name)
-            reasons = list(
-                dict.fromkeys(
-                    f"{compute.gpu_label(g)}: {why}" for g in checked["gpus"] for o, why in g["problems"] if o == "none"
-                )
+            verdicts[(name, full)] = (f"the other stack_* settings do not fit it ({resolved['errors'][0]})", [], False)
+            return verdicts[(name, full)]
+        checked = compute.check(stack.get("gpu_code", []), present, host, name)
+        reasons = list(
+            dict.fromkeys(
+                f"{compute.gpu_label(g)}: {why}" for g in checked["gpus"] for o, why in g["problems"] if o == "none"
             )
-            verdict = ("; ".join(reasons), checked["warnings"], bool(stack.get("verified_on_gpu")))
-            if not reasons and with_driver:
-                driver = stack["driver"]
-                branch = gpu_support(
-                    gpu_ids,
-                    catalog.get("driver", {}),
-                    driver.get("minimum", "0"),
-                    driver.get("requested") or driver.get("branch"),
-                    gpus,
-                    host,
-                    False,
-                    driver.get("method", "distro"),
-                )
-                if branch["errors"]:
-                    verdict = (f"driver: {branch['errors'][0]}", [], verdict[2])
-        verdicts[(name, with_driver)] = verdict
+        )
+        verdict = ("; ".join(reasons), checked["warnings"], bool(stack.get("verified_on_gpu")))
+        wheel = (stack.get("mindspore", {}).get("wheels") or {}).get(python_tag) if python_tag else {}
+        if reasons or not full:
+            pass
+        elif wheel is None or (python_tag and not (wheel.get("sha256") or wheel.get("local_path"))):
+            what = "no MindSpore wheel" if wheel is None else f"no checksum for {wheel.get('file')}"
+            verdict = (f"{what} for {python_tag} (stack_artifact_checksums or stack_local_artifacts)", [], verdict[2])
+        else:
+            driver = stack["driver"]
+            branch = gpu_support(
+                gpu_ids,
+                catalog.get("driver", {}),
+                driver.get("minimum", "0"),
+                driver.get("requested") or driver.get("branch"),
+                gpus,
+                host,
+                False,
+                driver.get("method", "distro"),
+            )
+            if branch["errors"]:
+                verdict = (f"driver: {branch['errors'][0]}", [], verdict[2])
+        verdicts[(name, full)] = verdict
         return verdict
 
     def works() -> str:

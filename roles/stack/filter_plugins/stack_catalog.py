@@ -803,14 +803,17 @@ def for_cuda(library: str, cuda_version: str) -> bool:
 
 
 def stack_order(catalog: dict[str, Any]) -> list[str]:
-    """The catalog's stacks as `stack_name: auto` tries them: verified on GPUs first, then the newest MindSpore
-    (then the newest CUDA) first."""
+    """The catalog's stacks as `stack_name: auto` tries them: verified on GPUs first; then those whose MindSpore
+    wheel's GPU code was measured (catalog/gpu_code.yml) before those known from the build flags only; then the
+    newest MindSpore (then CUDA) first."""
     stacks = catalog.get("stacks", {})
+    measured = (catalog.get("gpu_code") or {}).get("mindspore") or {}
 
     def key(name: str) -> tuple[Any, ...]:
         entry = stacks[name]
         return (
             bool(entry.get("verified_on_gpu", False)),
+            str(entry.get("mindspore", "")) in measured,
             version_key(str(entry.get("mindspore", ""))),
             version_key(str(entry.get("cuda", ""))),
         )
