@@ -141,7 +141,8 @@ def render() -> str:
                 for lib, v in sorted(libraries.items())
             )
             if not measured and (code.get("sass") or code.get("ptx")):
-                measured = f"(build flags) SASS {', '.join(code.get('sass') or [])}, PTX {', '.join(code.get('ptx') or [])}"
+                sass, ptx = ", ".join(code.get("sass") or []), ", ".join(code.get("ptx") or [])
+                measured = f"(build flags) SASS {sass}, PTX {ptx}"
             source = " ".join(str(code.get("source", "")).split())
             out.append(
                 f"| {component['name']} | {component['version']} | {span} | {measured or '-'} | {source or '-'} |"
@@ -165,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         same = args.output.exists() and args.output.read_text() == text
         if not same:
-            print(f"{args.output} is not what the catalog says; run: python catalog/tools/gpu_table.py", file=sys.stderr)
+            print(
+                f"{args.output} is not what the catalog says; run: python {Path(__file__).relative_to(ROOT)}",
+                file=sys.stderr,
+            )
         return 0 if same else 1
     args.output.write_text(text)
     print(f"wrote {args.output}")

@@ -1,0 +1,291 @@
+"""Write catalog/gpu_code.yml: which GPU architectures the catalog's pinned wheels really carry code for.
+
+For each wheel in WHEELS (MindSpore's GPU wheels, NVIDIA's NCCL, cuDNN and TensorRT wheels), the file the
+catalog pins is downloaded from PyPI once into .cache/gpu_code/ (`pip download --no-deps`, hundreds of MB each,
+about 3 GB in all), checked against catalog/stacks.yml's sha256 (a mismatch is deleted and refused), and every
+shared library in it is read with verify/msgpu_verify/fatbin.py: the SASS (cubin) and PTX architectures of the
+CUDA fat binaries the library hands to the driver. Libraries without GPU code are counted, not listed.
+
+The file is rendered from the measurement alone: re-running with the wheels in the cache writes the same bytes.
+Its one date (`measured`) comes from --date, which defaults to the date already in the file.
+
+    python catalog/tools/gpu_code.py                    # download what is missing, measure, write the file
+    python catalog/tools/gpu_code.py --check            # write nothing; exit 1 if the file would change
+    python catalog/tools/gpu_code.py --date 2026-12-07  # the measurement date to record
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import difflib
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+try:
+    import yaml
+except ImportError:  # pragma: no cover - the toolkit's .venv has it (requirements.txt)
+    sys.exit("gpu_code: needs PyYAML: run it with the toolkit's Python (.venv/bin/python catalog/tools/gpu_code.py)")
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "verify"))
+from msgpu_verify import fatbin  # noqa: E402 - verify/ is put on the path just above
+
+CATALOG = ROOT / "catalog" / "stacks.yml"
+OUTPUT = ROOT / "catalog" / "gpu_code.yml"
+CACHE = ROOT / ".cache" / "gpu_code"
+COMMAND = "python catalog/tools/gpu_code.py"
+READER = "verify/msgpu_verify/fatbin.py"
+FORMAT = 1
+# (component, the catalog's version key, where the wheel's pin sits under catalog[component][version]).
+WHEELS = (
+    ("mindspore", "1.5.1", ("wheels", "cp38")),
+    ("mindspore", "1.10.0", ("wheels", "cp38")),
+    ("mindspore", "2.0.0", ("wheels", "cp38")),
+    ("nccl", "2.14.3", ("wheel",)),
+    ("cudnn", "8.5.0", ("wheel",)),
+    ("tensorrt", "8.4.1.5", ("wheel", "files", "cp38")),
+)
+MEASURED_RE = re.compile(r'^\s*measured: ".*, (\d{4}-\d{2}-\d{2})"\s*$', re.MULTILINE)
+LINE_MAX = 120
+
+
+class GpuCodeError(RuntimeError):
+    """A clear, user-facing failure (a download, a checksum, an unreadable library)."""
+
+
+def log(message: str) -> None:
+    print(f"[gpu_code] {message}", file=sys.stderr, flush=True)
+
+
+def megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        for block in iter(lambda: data.read(4 * 2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pinned_wheels(catalog: dict[str, Any]) -> list[dict[str, str]]:
+    """Each wheel of WHEELS as the catalog pins it: component, version key, package, pip version, file, sha256."""
+    found = []
+    for component, version, where in WHEELS:
+        entry = (catalog.get(component) or {}).get(version)
+        if not entry:
+            raise GpuCodeError(f"catalog/stacks.yml has no {component} {version!r}")
+        spec = entry
+        for key in where:
+            spec = (spec or {}).get(key)
+        if not spec or not spec.get("file") or not spec.get("sha256"):
+            raise GpuCodeError(f"catalog/stacks.yml: {component}.{version}.{'.'.join(where)} pins no file and sha256")
+        # MindSpore: `package` beside `wheels`, the version is the key; NVIDIA's: `package` and `version` in `wheel`.
+        holder = entry if component == "mindspore" else entry["wheel"]
+        found.append(
+            {
+                "component": component,
+                "version": version,
+                "package": str(holder["package"]),
+                "pip_version": str(holder.get("version", version)),
+                "file": str(spec["file"]),
+                "sha256": str(spec["sha256"]),
+            }
+        )
+    return found
+
+
+def fetch(wheel: dict[str, str], cache: Path) -> Path:
+    """The pinned wheel in the cache, downloaded when missing; its sha256 checked against the catalog."""
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / wheel["file"]
+    if path.is_file():
+        if sha256_file(path) == wheel["sha256"]:
+            log(f"{wheel['file']}: cached, sha256 as pinned ({megabytes(path.stat().st_size)})")
+            return path
+        log(f"{wheel['file']}: cached copy has another sha256; deleted, downloading again")
+        path.unlink()
+    requirement = f"{wheel['package']}=={wheel['pip_version']}"
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--platform",
+        "manylinux1_x86_64",
+        # nvidia-tensorrt has only manylinux_2_17 wheels (glibc 2.17; Ubuntu 20.04 has 2.31).
+        "--platform",
+        "manylinux_2_17_x86_64",
+        "--python-version",
+        "38",
+        "--progress-bar",
+        "off",
+        "--dest",
+        str(cache),
+        requirement,
+    ]
+    log(f"{wheel['file']}: pip download {requirement} (hundreds of MB) ...")
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise GpuCodeError(f"pip download {requirement} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    if not path.is_file():
+        saved = re.findall(r"Saved (\S+)", done.stdout)
+        raise GpuCodeError(
+            f"pip download {requirement} did not produce {wheel['file']} (it saved: {saved or 'nothing'})"
+        )
+    got = sha256_file(path)
+    if got != wheel["sha256"]:
+        path.unlink()
+        raise GpuCodeError(
+            f"{wheel['file']}: sha256 {got} is not catalog/stacks.yml's {wheel['sha256']}; the file was deleted"
+        )
+    size = path.stat().st_size
+    log(f"{wheel['file']}: downloaded {megabytes(size)} in {time.monotonic() - started:.0f} s, sha256 as pinned")
+    return path
+
+
+def measure(wheel: dict[str, str], path: Path) -> dict[str, Any]:
+    """The record of one wheel: its GPU libraries' SASS and PTX, and how many libraries have no GPU code."""
+    started = time.monotonic()
+    libraries: dict[str, dict[str, list[str]]] = {}
+    without = 0
+    for name, result in fatbin.wheel_libraries(path):
+        if result["errors"]:
+            problems = "; ".join(result["errors"][:3])
+            raise GpuCodeError(f"{wheel['file']}: {name}: its fat binaries could not be read whole: {problems}")
+        if fatbin.has_gpu_code(result):
+            libraries[name] = {"sass": result["sass"], "ptx": result["ptx"]}
+        else:
+            without += 1
+    log(
+        f"{wheel['file']}: {len(libraries)} libraries with GPU code, {without} without "
+        f"({time.monotonic() - started:.1f} s)"
+    )
+    return {"libraries": dict(sorted(libraries.items())), "libraries_without_gpu_code": without}
+
+
+def _quoted(text: str) -> str:
+    return json.dumps(text)
+
+
+def _ccs(values: list[str]) -> str:
+    return "[" + ", ".join(_quoted(v) for v in values) + "]"
+
+
+def render(records: list[tuple[dict[str, str], dict[str, Any]]], date: str) -> str:
+    measured = f"{COMMAND.split(' ', 1)[1]} with {READER}, {date}"
+    lines = [
+        "---",
+        f"# GENERATED by `{COMMAND}` on {date}: do not edit by hand, run it again",
+        "# (`--check` exits 1 when this file is not what the wheels hold).",
+        f"# Measured with {READER}: what the GPU libraries of the catalog's pinned wheels really",
+        "# carry. For each shared library with CUDA fat binaries: the architectures of its SASS (cubins for sm_XY,",
+        '# written "X.Y") and of its PTX (compute_XY, which the driver JIT-compiles for newer GPUs), from the',
+        "# executable fatbin the CUDA runtime loads (.nv_fatbin, as cuobjdump lists it) and the fatbins a library",
+        "# keeps as data (TensorRT's). Each wheel was downloaded from PyPI (pip download --no-deps) and checked",
+        "# against catalog/stacks.yml's sha256, repeated here; component and version keys are the catalog's.",
+        f"gpu_code_format: {FORMAT}",
+    ]
+    component = None
+    for wheel, record in records:
+        if wheel["component"] != component:
+            component = wheel["component"]
+            lines.append(f"{component}:")
+        lines += [
+            f"  {_quoted(wheel['version'])}:",
+            f"    wheel: {wheel['file']}",
+            f"    sha256: {_quoted(wheel['sha256'])}",
+            f"    measured: {_quoted(measured)}",
+        ]
+        if record["libraries"]:
+            lines.append("    libraries:")
+            for name, code in record["libraries"].items():
+                flow = f"      {_quoted(name)}: {{sass: {_ccs(code['sass'])}, ptx: {_ccs(code['ptx'])}}}"
+                if len(flow) <= LINE_MAX:
+                    lines.append(flow)
+                else:
+                    lines += [f"      {_quoted(name)}:", f"        sass: {_ccs(code['sass'])}"]
+                    lines.append(f"        ptx: {_ccs(code['ptx'])}")
+        else:
+            lines.append("    libraries: {}")
+        lines += [
+            "    # libraries without GPU code are not listed; count them:",
+            f"    libraries_without_gpu_code: {record['libraries_without_gpu_code']}",
+        ]
+    text = "\n".join(lines) + "\n"
+    too_long = [line for line in text.splitlines() if len(line) > LINE_MAX]
+    if too_long:
+        raise GpuCodeError(f"a rendered line is longer than {LINE_MAX} characters: {too_long[0][:80]}...")
+    return text
+
+
+def recorded_date(path: Path) -> str | None:
+    """The measurement date the file already records (its first `measured:`), if any."""
+    if not path.is_file():
+        return None
+    match = MEASURED_RE.search(path.read_text())
+    return match.group(1) if match else None
+
+
+def valid_date(text: str) -> str:
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a date like 2026-12-07") from exc
+    return text
+
+
+def check(path: Path, text: str) -> int:
+    old = path.read_text() if path.is_file() else ""
+    if old == text:
+        log(f"{path} is up to date")
+        return 0
+    diff = difflib.unified_diff(old.splitlines(), text.splitlines(), str(path), "measured", lineterm="", n=1)
+    print("\n".join(list(diff)[:80]), file=sys.stderr)
+    log(f"{path} would change: run `{COMMAND}`")
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file would change")
+    parser.add_argument("--output", type=Path, default=OUTPUT, help=f"file to write or check (default {OUTPUT})")
+    parser.add_argument("--cache", type=Path, default=CACHE, help=f"where the wheels are kept (default {CACHE})")
+    parser.add_argument(
+        "--date",
+        type=valid_date,
+        help="the measurement date to record (default: the one already in the file, else today, UTC)",
+    )
+    args = parser.parse_args(argv)
+    date = args.date or recorded_date(args.output) or datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    started = time.monotonic()
+    try:
+        wheels = pinned_wheels(yaml.safe_load(CATALOG.read_text()))
+        records = []
+        for wheel in wheels:
+            records.append((wheel, measure(wheel, fetch(wheel, args.cache))))
+        text = render(records, date)
+    except (GpuCodeError, fatbin.FatbinError) as exc:
+        print(f"gpu_code: {exc}", file=sys.stderr)
+        return 1
+    log(f"measured {len(records)} wheels in {time.monotonic() - started:.0f} s")
+    if args.check:
+        return check(args.output, text)
+    args.output.write_text(text)
+    log(f"wrote {args.output} ({len(text)} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
