@@ -20,7 +20,7 @@ MACHINES = {
     "k80": [HOST_BRIDGE, *gpu(0x04, "0x102d", "0x030200")],
     "a100": [HOST_BRIDGE, *gpu(0x07, "0x20b0", "0x030200")],
     "rtx3090x4": [HOST_BRIDGE, *(f for bus in (0x01, 0x21, 0x41, 0x61) for f in gpu(bus, "0x2204"))],
-    "t4": [HOST_BRIDGE, *gpu(0x3b, "0x1eb8", "0x030200")],
+    "t4": [HOST_BRIDGE, *gpu(0x3B, "0x1eb8", "0x030200")],
     "mixed": [HOST_BRIDGE, *gpu(0x01, "0x2204"), *gpu(0x41, "0x2684")],
 }
 SETTINGS = {"name": ""}

@@ -1064,3 +1064,267 @@ def test_doctor_py_as_a_file_runs_the_probe_from_the_files_beside_it(tree: Tree,
     document = _doctor_file(tmp_path, tree, folder / "doctor.py", stub_cuda, "--gpu-probe")
     assert document["gpu_probe"]["state"] == "skipped" and "judge.py" in document["gpu_probe"]["reason"]
     assert "gpu-kernel-failed" not in by_id(document)
+
+
+# ------------------------------------------------------------------------------------ the stack's GPU code
+# rule compute: compute.py's rule (through judge.check_gpu_code) on the compute capability the GPU probe reads,
+# against expect["gpu_code"] (stack_resolved.gpu_code, which roles/verify tasks/doctor.yml passes).
+
+H100 = "NVIDIA H100 80GB HBM3:9.0:81559"
+RTX4090 = "NVIDIA GeForce RTX 4090:8.9:24564"
+K80 = "Tesla K80:3.7:11441"
+GPU_CODE = [
+    {
+        "name": "MindSpore",
+        "version": "1.5.1",
+        "code": {"libraries": {"mindspore/lib/libmindspore_gpu.so": {"sass": [], "ptx": ["5.3"]}}},
+    },
+    {
+        "name": "cuDNN",
+        "version": "8.0.5",
+        "code": {"min": "3.5", "max": "8.6", "above_max": "same_major", "source": "NVIDIA cuDNN 8.0.5 support matrix"},
+    },
+]
+
+
+def test_a_gpu_the_stack_cannot_run_on_is_an_error(tree: Tree, gpus) -> None:
+    tree.expect["gpu_code"] = GPU_CODE
+    document = gpus(tree, STUB_CUDA_DEVICES=",".join([H100] * 2))
+    assert document["ok"] is False and "compute" in document["rules"]
+    finding = by_id(document)["gpu-unsupported"]
+    assert finding["severity"] == "error"
+    assert finding["title"] == (
+        "Stack ms1.5-cuda11.1 cannot run on 2 GPU(s) of this host: NVIDIA H100 80GB HBM3 (compute capability 9.0)"
+    )
+    assert finding["evidence"][0].startswith(
+        "gpu1: stack ms1.5-cuda11.1 cannot run on GPU NVIDIA H100 80GB HBM3 (CC 9.0) at device 0 00000000:01:00.0, "
+        "device 1 00000000:02:00.0: cuDNN 8.0.5 has code up to CC 8.6 and is not hardware forward compatible"
+    )
+    assert finding["evidence"][1] == (
+        "compute capability from the GPU probe (gpu_probe.py: cuDeviceGetAttribute): NVIDIA H100 80GB HBM3 at "
+        "device 0 00000000:01:00.0, device 1 00000000:02:00.0: 9.0"
+    )
+    assert finding["evidence"][2].startswith("the stack's libraries support: MindSpore 1.5.1 (libmindspore_gpu.so: ")
+    assert finding["fix"].startswith("stack_name: auto picks a catalog stack that runs here")
+    # MindSpore's PTX-only library on the same GPUs: a warning beside it.
+    assert by_id(document)["gpu-jit-only"]["severity"] == "warning"
+
+
+def test_jit_only_and_outside_the_matrix_are_warnings(tree: Tree, gpus) -> None:
+    tree.expect["gpu_code"] = GPU_CODE
+    found = problems(gpus(tree, STUB_CUDA_DEVICES=RTX3090))
+    assert set(found) == {"gpu-jit-only"}
+    assert "MindSpore 1.5.1 " in found["gpu-jit-only"]["evidence"][0]
+    assert found["gpu-jit-only"]["evidence"][0].endswith("(slow first start, then cached).")
+    found = problems(gpus(tree, STUB_CUDA_DEVICES=RTX4090))
+    assert set(found) == {"gpu-jit-only", "gpu-outside-matrix"}
+    assert "cuDNN 8.0.5 is built up to CC 8.6: runs on 8.9 untuned" in found["gpu-outside-matrix"]["evidence"][0]
+    # A component the catalog has no record of: a warning that says so.
+    tree.expect["gpu_code"] = [{"name": "TensorRT", "version": "7.2.2", "code": {}}]
+    assert set(problems(gpus(tree, STUB_CUDA_DEVICES=RTX3090))) == {"gpu-code-unknown"}
+
+
+def test_no_gpu_code_no_probe_or_no_gpu_on_purpose_is_quiet(tree: Tree, gpus) -> None:
+    assert "gpu-unsupported" not in by_id(gpus(tree, STUB_CUDA_DEVICES=H100))  # expect has no gpu_code
+    tree.expect["gpu_code"] = GPU_CODE
+    assert "gpu-unsupported" not in by_id(tree.diagnose())  # the probe did not run (substituted root)
+    tree.expect["no_gpu"] = True
+    assert "gpu-unsupported" not in by_id(gpus(tree, STUB_CUDA_DEVICES=H100))
+
+
+def test_a_gpu_below_the_probes_ptx_is_not_blamed_on_the_driver(tree: Tree, gpus) -> None:
+    document = gpus(tree, STUB_CUDA_DEVICES=f"{K80},{RTX3090}", STUB_CUDA_KERNEL="jit_fail")
+    found = by_id(document)
+    below = found["gpu-below-probe"]
+    assert below["severity"] == "warning"
+    assert below["title"] == (
+        "The GPU probe cannot check 1 of 2 GPU(s): compute capability 3.7 is below what the probe (PTX 5.0) can run"
+    )
+    assert below["evidence"][0] == (
+        "GPU 0 (Tesla K80): cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218): compute capability 3.7 is below "
+        "what the probe (PTX 5.0) can run"
+    )
+    assert "blames neither the driver nor the GPU" in below["fix"]
+    # The RTX 3090 failing the same way is still the driver's or the GPU's fault, and only it is counted there.
+    assert found["gpu-kernel-failed"]["title"].startswith("A tiny CUDA kernel fails on 1 of 2 GPU(s)")
+    assert "Tesla K80" not in "\n".join(found["gpu-kernel-failed"]["evidence"])
+    found = by_id(gpus(tree, STUB_CUDA_DEVICES=K80, STUB_CUDA_KERNEL="jit_fail"))
+    assert "gpu-below-probe" in found and "gpu-kernel-failed" not in found
+
+
+def test_doctor_py_as_a_file_runs_the_gpu_code_rule_from_compute_py_beside_it(
+    tree: Tree, tmp_path: Path, stub_cuda
+) -> None:
+    assert "compute.py" in doctor.PROBE_FILES
+    folder = tmp_path / "scratch" / "msgpu_verify"
+    folder.mkdir(parents=True)
+    source = ROOT / "verify" / "msgpu_verify"
+    for name in (*doctor.PROBE_FILES, "doctor.py"):
+        (folder / name).write_bytes((source / name).read_bytes())
+    tree.expect["gpu_code"] = GPU_CODE
+    args = [
+        sys.executable,
+        str(folder / "doctor.py"),
+        "--expect-json",
+        json.dumps(tree.expect),
+        "--root",
+        str(tree.root),
+    ]
+    args += ["--proc", str(tree.proc), "--sys", str(tree.sys), "--json", "-", "--libcuda", stub_cuda["cuda"]]
+    args += ["--libnvml", stub_cuda["nvml"], "--gpu-probe"]
+    env = {k: v for k, v in os.environ.items() if k not in STUB_VARIABLES and k != "PYTHONPATH"}
+    env["STUB_CUDA_DEVICES"] = H100
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path), check=False)
+    assert done.returncode == 1, done.stderr
+    assert by_id(json.loads(done.stdout))["gpu-unsupported"]["severity"] == "error"
+    (folder / "compute.py").unlink()
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path), check=False)
+    document = json.loads(done.stdout)
+    assert document["gpu_probe"]["state"] == "skipped" and "compute.py" in document["gpu_probe"]["reason"]
+    assert "gpu-unsupported" not in by_id(document)
+
+
+# -------------------------------------------------------------------------------------------- which NCCL loads
+# Real layouts (read from the wheels in .cache/gpu_code): 1.5.1 has lib/libgpu_collective.so (DT_NEEDED
+# libnccl.so.2, no RPATH) and no NCCL of its own; 1.10.0 lib/libnvidia_collective.so and lib/libgpu_collective.so
+# (RPATH $ORIGIN) beside its own lib/libnccl.so.2 ("NCCL version 2.7.6+cuda11.1"); 2.0.0 one
+# lib/plugin/gpu<CUDA>/{libnvidia_collective.so (RPATH $ORIGIN), libnccl.so.2} per CUDA it was built for.
+
+MS_LIB = SITE + "/mindspore/lib"
+
+
+def elf(needed: List[str], rpath: Optional[str] = None, runpath: Optional[str] = None) -> bytes:
+    """A 64-bit ELF with a PT_DYNAMIC of DT_NEEDED entries and an optional DT_RPATH / DT_RUNPATH."""
+    strtab, offsets = b"\0", {}
+    for text in [t for t in (rpath, runpath) if t] + needed:
+        offsets[text] = len(strtab)
+        strtab += text.encode() + b"\0"
+    header_size, ph_size = 64, 56
+    strtab_off = header_size + 2 * ph_size
+    entries = [(1, offsets[n]) for n in needed]
+    entries += [(15, offsets[rpath])] if rpath else []
+    entries += [(29, offsets[runpath])] if runpath else []
+    entries += [(5, strtab_off), (10, len(strtab)), (0, 0)]
+    dyn_off = strtab_off + len(strtab)
+    dynamic = b"".join(struct.pack("<qQ", t, v) for t, v in entries)
+    total = dyn_off + len(dynamic)
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, header_size, 0, 0, 64, ph_size, 2, 0, 0, 0)
+    load = struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, total, total, 0x1000)
+    dyn = struct.pack("<IIQQQQQQ", 2, 6, dyn_off, dyn_off, dyn_off, len(dynamic), len(dynamic), 8)
+    return header + load + dyn + strtab + dynamic
+
+
+def nccl_blob(version: str) -> bytes:
+    """A stand-in libnccl.so.2 as the wheels bundle it: no version in the file name, NCCL's banner inside."""
+    return b"\x7fELF" + b"\0" * 4096 + f"NCCL version {version}+cuda11.1\0".encode() + b"\0" * 64
+
+
+def collective(tree: Tree, folder: str, bundled: Optional[str], **dynamic: str) -> None:
+    write(
+        tree.root / folder.lstrip("/") / "libnvidia_collective.so", data=elf(["libnccl.so.2", "libc.so.6"], **dynamic)
+    )
+    if bundled:
+        write(tree.root / folder.lstrip("/") / "libnccl.so.2", data=nccl_blob(bundled))
+
+
+def test_a_bundled_nccl_of_another_release_shadows_the_stacks(tree: Tree) -> None:
+    collective(tree, MS_LIB, "2.7.6", rpath="$ORIGIN")
+    write(
+        tree.root / MS_LIB.lstrip("/") / "libgpu_collective.so", data=elf(["libmpi.so.40", "libnccl.so.2"], "$ORIGIN")
+    )
+    finding = by_id(tree.diagnose())["nccl-shadowed"]
+    assert finding["severity"] == "warning"
+    assert finding["title"] == (
+        "MindSpore loads the NCCL its wheel bundles (2.7.6), not the stack's (2.8.4): libgpu_collective.so finds it "
+        "first through its DT_RPATH"
+    )
+    assert finding["evidence"] == [
+        f"{MS_LIB}/libgpu_collective.so links libnccl.so.2 (DT_NEEDED)",
+        f"{MS_LIB}/libnvidia_collective.so links it too, beside it (the same search)",
+        f"loads first: {MS_LIB}/libnccl.so.2 (NCCL 2.7.6; DT_RPATH of {MS_LIB}/libgpu_collective.so)",
+        f"then: {CUDA_HOME}/lib64/libnccl.so.2 -> {CUDA_HOME}/lib64/libnccl.so.2.8.4 (NCCL 2.8.4; DT_RPATH of "
+        f"{SITE}/mindspore/_c_expression.cpython-38-x86_64-linux-gnu.so "
+        "(in the chain that loads libgpu_collective.so))",
+        f"the stack's NCCL: {CUDA_HOME}/lib64/libnccl.so.2 -> {CUDA_HOME}/lib64/libnccl.so.2.8.4 (NCCL 2.8.4; "
+        "LD_LIBRARY_PATH)",
+        "catalog: nccl 2.8.4 (tarball)",
+    ]
+    assert f"LD_PRELOAD={CUDA_HOME}/lib64/libnccl.so.2" in finding["fix"]
+    # The same release bundled: still said, as a note.
+    collective(tree, MS_LIB, "2.8.4", rpath="$ORIGIN")
+    assert by_id(tree.diagnose())["nccl-shadowed"]["severity"] == "info"
+
+
+def test_a_collective_library_without_rpath_loads_the_stacks_nccl(tree: Tree) -> None:
+    write(tree.root / MS_LIB.lstrip("/") / "libgpu_collective.so", data=elf(["libmpi.so.40", "libnccl.so.2"]))
+    document = tree.diagnose()
+    assert problems(document) == {}
+    finding = by_id(document)["nccl-loaded"]
+    assert finding["severity"] == "info" and finding["fix"] == "Nothing to do."
+    assert finding["title"] == (
+        f"MindSpore's libgpu_collective.so loads {CUDA_HOME}/lib64/libnccl.so.2 (NCCL 2.8.4): the stack's NCCL"
+    )
+    # The catalog wants another release than the one installed: a warning.
+    tree.expect["nccl"] = {"version": "2.14.3", "method": "wheel"}
+    finding = by_id(tree.diagnose())["nccl-loaded"]
+    assert finding["severity"] == "warning" and "release 2.8.4, not the catalog's 2.14.3" in finding["title"]
+    assert "./toolkit provision" in finding["fix"]
+
+
+def test_a_runpath_lets_ld_library_path_win(tree: Tree) -> None:
+    collective(tree, MS_LIB, "2.7.6", runpath="$ORIGIN")
+    finding = by_id(tree.diagnose())["nccl-loaded"]
+    assert finding["severity"] == "info"
+    assert finding["evidence"][1] == (
+        f"loads first: {CUDA_HOME}/lib64/libnccl.so.2 -> {CUDA_HOME}/lib64/libnccl.so.2.8.4 (NCCL 2.8.4; "
+        "LD_LIBRARY_PATH)"
+    )
+    assert finding["evidence"][2] == (
+        f"then: {MS_LIB}/libnccl.so.2 (NCCL 2.7.6; DT_RUNPATH of {MS_LIB}/libnvidia_collective.so)"
+    )
+
+
+def test_the_2x_plugin_for_the_stacks_cuda_is_the_one_that_counts(tree: Tree) -> None:
+    for cuda, nccl in (("10.1", "2.4.8"), ("11.1", "2.7.6"), ("11.6", "2.7.8")):
+        collective(tree, f"{MS_LIB}/plugin/gpu{cuda}", nccl, rpath="$ORIGIN")
+    finding = by_id(tree.diagnose())["nccl-shadowed"]
+    assert finding["title"].startswith("MindSpore loads the NCCL its wheel bundles (2.7.6), not the stack's (2.8.4)")
+    assert finding["evidence"][0] == f"{MS_LIB}/plugin/gpu11.1/libnvidia_collective.so links libnccl.so.2 (DT_NEEDED)"
+    assert finding["evidence"][1] == (
+        f"not loaded with the stack's CUDA 11.1: {MS_LIB}/plugin/gpu10.1/libnvidia_collective.so, "
+        f"{MS_LIB}/plugin/gpu11.6/libnvidia_collective.so "
+        "(the wheel loads the GPU plugin folder for the installed CUDA)"
+    )
+    tree.expect["cuda"]["version"] = "11.4"  # no gpu11.4: the newest older one
+    assert by_id(tree.diagnose())["nccl-shadowed"]["evidence"][0].startswith(f"{MS_LIB}/plugin/gpu11.1/")
+    tree.expect["cuda"]["version"] = "11.6"
+    assert "(2.7.8)" in by_id(tree.diagnose())["nccl-shadowed"]["title"]
+
+
+def test_only_the_bundled_nccl_is_found(tree: Tree) -> None:
+    (tree.root / CUDA_HOME.lstrip("/") / "lib64/libnccl.so.2").unlink()
+    collective(tree, MS_LIB, "2.7.6", rpath="$ORIGIN")
+    finding = by_id(tree.diagnose())["nccl-loaded"]
+    assert finding["severity"] == "warning"
+    assert finding["title"] == (
+        f"MindSpore's libnvidia_collective.so loads {MS_LIB}/libnccl.so.2 (NCCL 2.7.6): the wheel's own copy; the "
+        "stack's NCCL is not where the linker looks"
+    )
+    assert (
+        "the stack's NCCL 2.8.4: no libnccl.so.2 on LD_LIBRARY_PATH, in ld.so.cache or the default folders"
+        in finding["evidence"]
+    )
+
+
+def test_nccl_versions_and_the_elf_reader_on_odd_files(tmp_path: Path) -> None:
+    library(tmp_path, "/lib", "libnccl.so.2", "libnccl.so.2.14.3")
+    assert doctor.nccl_version(tmp_path / "lib/libnccl.so.2") == "2.14.3"  # from the real file's name
+    blob = write(tmp_path / "b/libnccl.so.2", data=nccl_blob("2.7.6"))
+    assert doctor.nccl_version(blob) == "2.7.6"  # from NCCL's banner inside
+    assert doctor.nccl_version(write(tmp_path / "c/libnccl.so.2", data=b"")) is None
+    assert doctor.nccl_version(tmp_path / "missing") is None
+    for data in (b"\x7fELF", b"\x7fELF" + b"\x02\x01" + b"\0" * 58, elf(["libnccl.so.2"])[:100], b"not an elf"):
+        assert doctor.elf_dynamic(write(tmp_path / "odd.so", data=data)) == {}
+    path = write(tmp_path / "x.so", data=elf(["libnccl.so.2"], rpath="$ORIGIN", runpath="/opt/r"))
+    assert doctor.elf_dynamic(path) == {"needed": ["libnccl.so.2"], "rpath": ["$ORIGIN"], "runpath": ["/opt/r"]}

@@ -430,3 +430,243 @@ def test_driver_probe_words():
     for verdict in judge.MINDSPORE_FAULTS:
         sentence = judge.driver_probe_sentence(verdict, {"state": "ran", "verdict": "OK", "devices": ["T4"]})
         assert sentence and "(1 x T4)" in sentence and "the GPU works" in sentence
+
+
+# --- GPU_UNSUPPORTED: a GPU the stack's libraries have no code for -------------------------------------------------
+# From the libraries' own words (the fakes print them in MindSpore's formats), and from compute.py's rule on the
+# compute capability the driver probe reads (--gpu-code: the stack's components, stack_resolved.gpu_code).
+
+H100 = "NVIDIA H100 80GB HBM3:9.0:81559"
+RTX4090 = "NVIDIA GeForce RTX 4090:8.9:24564"
+K80 = "Tesla K80:3.7:11441"
+# As the preflight publishes them: MindSpore 1.5.1's GPU library carries PTX 5.3 only; cuDNN 8.0.5's cited range.
+GPU_CODE = [
+    {
+        "name": "MindSpore",
+        "version": "1.5.1",
+        "code": {"libraries": {"mindspore/lib/libmindspore_gpu.so": {"sass": [], "ptx": ["5.3"]}}},
+    },
+    {
+        "name": "cuDNN",
+        "version": "8.0.5",
+        "code": {"min": "3.5", "max": "8.6", "above_max": "same_major", "source": "NVIDIA cuDNN 8.0.5 support matrix"},
+    },
+]
+
+
+def test_gpu_unsupported_from_cudas_no_kernel_image():
+    document = judged("nokernel", "GPU")
+    assert document["verdict"] == "GPU_UNSUPPORTED", document
+    assert document["explanation"].startswith(
+        'MindSpore cannot compute on this GPU: the CUDA runtime says "no kernel image is available for execution on '
+        "the device\": the stack's libraries carry no code for the GPU's compute capability."
+    )
+    assert document["hint"] == judge.HINTS["GPU_UNSUPPORTED"]
+    assert "stack_name: auto" in document["hint"] and "preflight" in document["hint"]
+    assert "ret[209], no kernel image is available" in document["output_tail"]
+    assert judged("nokernel", "CPU")["verdict"] == "OK"
+
+
+def test_gpu_unsupported_from_cudnns_arch_mismatch():
+    document = judged("cudnnarch", "GPU")
+    assert document["verdict"] == "GPU_UNSUPPORTED", document
+    assert 'cuDNN says "CUDNN_STATUS_ARCH_MISMATCH"' in document["explanation"]
+
+
+def test_a_wrong_library_loaded_is_said_before_the_gpu():
+    # A cuDNN other than the stack's may be the one refusing the GPU: VERSION_MISMATCH first, as with NO_GPU.
+    assert judged("cudnnarch", "GPU", mindspore="2.2.14")["verdict"] == "VERSION_MISMATCH"
+
+
+@pytest.mark.parametrize(
+    ("line", "who", "words"),
+    [
+        # TensorRT 8.4 on an RTX 4080 (Ada, SM 8.9) and on Hopper: NVIDIA/TensorRT#2727, tensorrtx#1610
+        (
+            "[12/12/2024-10:15:17] [E] [TRT] 1: [caskUtils.cpp::trtSmToCask::147] Error Code 1: Internal Error "
+            "(Unsupported SM: 0x809)",
+            "TensorRT",
+            "Unsupported SM: 0x809",
+        ),
+        ("[TRT] [E] 1: Unsupported SM: 0x900", "TensorRT", "Unsupported SM: 0x900"),
+        # TensorRT 7 (NVIDIA/TensorRT#2332)
+        (
+            "ERROR: ../rtSafe/cuda/caskUtils.cpp (80) - Assertion Error in trtSmToCask: 0 (Unsupported SM.)",
+            "TensorRT",
+            "Unsupported SM.",
+        ),
+        # TensorRT 10 on a GPU it dropped
+        (
+            "[E] Error[9]: IBuilder::buildSerializedNetwork: Error Code 9: API Usage Error (Target GPU SM 61 is not "
+            "supported by this TensorRT release.)",
+            "TensorRT",
+            "Target GPU SM 61 is not supported by this TensorRT release",
+        ),
+        ("cuDNN Error: cudnnCreate failed | Error Number: 6 CUDNN_STATUS_ARCH_MISMATCH", "cuDNN", "CUDNN_STATUS_ARCH"),
+        ("cuModuleLoadData returned CUDA_ERROR_NO_BINARY_FOR_GPU (209)", "the CUDA runtime", "NO_BINARY_FOR_GPU"),
+        ("cudaErrorNoKernelImageForDevice", "the CUDA runtime", "cudaErrorNoKernelImageForDevice"),
+        ("cudaLaunchKernel failed, ret[209]", "the CUDA runtime (error 209", "ret[209]"),
+    ],
+)
+def test_the_real_refusal_texts(line, who, words):
+    result = {"imported": True, "mindspore_version": "1.5.1", "mul_ok": False, "errors": {"mul": {"type": "E"}}}
+    verdict = judge.classify(probe_output(json.dumps(result), line + "\n"), 0, False, {}, "GPU")
+    assert verdict["verdict"] == "GPU_UNSUPPORTED", verdict
+    assert who in verdict["explanation"] and words in verdict["explanation"]
+    # In the exception's message, with run_check failing while the product worked, and in a crash without a result.
+    result = {"imported": True, "mindspore_version": "1.5.1", "mul_ok": False, "errors": {"mul": {"message": line}}}
+    assert judge.classify(probe_output(json.dumps(result)), 0, False, {}, "GPU")["verdict"] == "GPU_UNSUPPORTED"
+    assert judge.classify(line + "\nAborted\n", -6, False)["verdict"] == "GPU_UNSUPPORTED"
+    lines = ["MindSpore running check failed.", line]
+    verdict = judge.classify(run_check_output(lines), 0, False, {}, "GPU")
+    assert verdict["verdict"] == "GPU_UNSUPPORTED"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "cudaGetDeviceCount failed, ret[100], no CUDA-capable device is detected",
+        "Unsupported device target GPU. This process only supports one of the ['CPU'].",  # 2.x without its plugin
+        "cudaMemcpy failed, ret[2091], out of memory",
+    ],
+)
+def test_other_failures_are_not_gpu_unsupported(line):
+    result = {"imported": True, "mindspore_version": "1.5.1", "mul_ok": False, "errors": {"mul": {"message": line}}}
+    assert judge.classify(probe_output(json.dumps(result), line + "\n"), 0, False, {}, "GPU")["verdict"] in (
+        "NO_GPU",
+        "FAILED",
+    )
+
+
+def test_a_refusal_with_a_working_driver_says_the_gpu_works(stub_driver):
+    env = fake_env("nokernel", STUB_CUDA_DEVICES=",".join([H100] * 2), **stub_driver)
+    document = judge.judge(sys.executable, "GPU", 20.0, {}, env=env)
+    assert document["verdict"] == "GPU_UNSUPPORTED"
+    assert (
+        "The driver runs a CUDA kernel (PTX JIT-compiled for each GPU) on every GPU (2 x NVIDIA H100 80GB HBM3 "
+        "(CC 9.0)) without MindSpore: the GPU works; the stack's libraries are what has no code for it."
+    ) in document["explanation"]
+    assert document["compute"] == {"state": "skipped", "reason": "no stack GPU code given (--gpu-code)"}
+
+
+def test_the_stacks_gpu_code_on_the_cc_the_driver_reads_makes_gpu_unsupported(stub_driver):
+    """run_check passes (its Mul needs no cuDNN), yet cuDNN 8.0.5 has nothing for Hopper: a GPU the preflight's
+    PCI data did not know is caught once the driver reads its compute capability."""
+    env = fake_env("ok", STUB_CUDA_DEVICES=",".join([H100] * 2), **stub_driver)
+    document = judge.judge(
+        sys.executable, "GPU", 20.0, {}, env=env, gpu_code=GPU_CODE, host="gpu7", stack="ms1.5-cuda11.1"
+    )
+    assert document["verdict"] == "GPU_UNSUPPORTED", document
+    assert document["hint"] == judge.HINTS["GPU_UNSUPPORTED"]
+    compute = document["compute"]
+    assert compute["state"] == "checked" and compute["runs"] is False and compute["verdict_before"] == "OK"
+    assert compute["errors"] == [
+        "gpu7: stack ms1.5-cuda11.1 cannot run on GPU NVIDIA H100 80GB HBM3 (CC 9.0) at device 0 00000000:01:00.0, "
+        "device 1 00000000:02:00.0: cuDNN 8.0.5 has code up to CC 8.6 and is not hardware forward compatible, so "
+        "nothing of it runs on CC 9.x (NVIDIA cuDNN 8.0.5 support matrix); allowed: " + judge.GPU_CODE_WORKS + "."
+    ]
+    assert [g["slots"] for g in compute["gpus"]] == [["device 0 00000000:01:00.0", "device 1 00000000:02:00.0"]]
+    assert len(compute["warnings"]) == 1 and "MindSpore 1.5.1" in compute["warnings"][0]  # PTX 5.3 only: JIT
+    explanation = document["explanation"]
+    assert explanation.startswith(compute["errors"][0])
+    assert (
+        "The stack's libraries support: MindSpore 1.5.1 (libmindspore_gpu.so: SASS none; PTX 5.3); cuDNN 8.0.5 "
+        "(CC 3.5 to 8.6; newer 8.x untuned, nothing of 9.0 and up; NVIDIA cuDNN 8.0.5 support matrix)."
+    ) in explanation
+    assert "MindSpore's own check said OK: MindSpore 1.5.1 imports, run_check passes" in explanation
+    assert "the GPU works; the stack's libraries are what has no code for it." in explanation
+
+
+def test_the_stacks_gpu_code_on_gpus_it_runs_on_adds_notes(stub_driver):
+    env = fake_env("ok", STUB_CUDA_DEVICES=RTX3090, **stub_driver)
+    document = judge.judge(sys.executable, "GPU", 20.0, {}, env=env, gpu_code=GPU_CODE, host="gpu1", stack="s")
+    assert document["verdict"] == "OK", document
+    assert document["compute"]["runs"] is True and document["compute"]["errors"] == []
+    assert document["explanation"].endswith(document["compute"]["warnings"][0])  # MindSpore's PTX JIT, a note
+    assert (
+        " Note: gpu1: GPU NVIDIA GeForce RTX 3090 (CC 8.6) at device 0 00000000:01:00.0: MindSpore 1.5.1 "
+        in (document["explanation"])
+    )
+    env = fake_env("ok", STUB_CUDA_DEVICES=RTX4090, **stub_driver)
+    document = judge.judge(sys.executable, "GPU", 20.0, {}, env=env, gpu_code=GPU_CODE, host="gpu2", stack="s")
+    assert document["verdict"] == "OK" and len(document["compute"]["warnings"]) == 2  # JIT, and cuDNN outside
+    assert "not verified by NVIDIA for this GPU." in document["explanation"]
+
+
+def test_the_gpu_code_check_is_skipped_without_compute_capabilities():
+    document = judge.judge(sys.executable, "GPU", 20.0, {}, env=fake_env("nokernel"), gpu_code=GPU_CODE)
+    assert document["verdict"] == "GPU_UNSUPPORTED"  # from the text alone
+    assert document["compute"]["state"] == "skipped"
+    assert document["compute"]["reason"].startswith("the driver probe read no compute capability (NO_DRIVER")
+    assert judged("ok", "CPU")["compute"]["reason"] == "the judged device is CPU, not GPU"
+
+
+def test_a_gpu_below_the_probes_ptx_is_not_blamed_on_the_driver(stub_driver):
+    env = fake_env("nogpu", STUB_CUDA_DEVICES=K80, STUB_CUDA_KERNEL="jit_fail", **stub_driver)
+    document = judge.judge(sys.executable, "GPU", 20.0, {}, env=env)
+    assert document["driver_probe"]["verdict"] == "KERNEL_FAILED"
+    assert (
+        "The driver probe's kernel cannot run on 1 x Tesla K80 (CC 3.7): compute capability 3.7 is below what the "
+        "probe (PTX 5.0) can run, which says nothing about the driver."
+    ) in document["explanation"]
+    assert "The driver itself fails" not in document["explanation"]
+    # A GPU at or above 5.0 failing the same way is still the driver's.
+    env = fake_env("nogpu", STUB_CUDA_DEVICES=RTX3090, STUB_CUDA_KERNEL="jit_fail", **stub_driver)
+    assert (
+        "The driver itself fails without MindSpore"
+        in judge.judge(sys.executable, "GPU", 20.0, {}, env=env)["explanation"]
+    )
+
+
+def test_the_cli_takes_the_gpu_code_and_accepts_gpu_unsupported(stub_driver, tmp_path):
+    out = tmp_path / "judge.json"
+    code = json.dumps(GPU_CODE)
+    args = ("--device", "GPU", "--json", str(out), "--gpu-code", code, "--stack", "s", "--host", "gpu7")
+    result = run_judge("ok", *args, STUB_CUDA_DEVICES=H100, **stub_driver)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("judge: GPU_UNSUPPORTED (") and "gpu7: stack s cannot run on GPU" in result.stdout
+    assert json.loads(out.read_text())["compute"]["state"] == "checked"
+    accepted = run_judge("ok", *args, "--accept", "GPU_UNSUPPORTED", STUB_CUDA_DEVICES=H100, **stub_driver)
+    assert accepted.returncode == 0
+    (tmp_path / "code.json").write_text(code)  # a file works as well
+    from_file = run_judge(
+        "ok", "--device", "GPU", "--gpu-code", str(tmp_path / "code.json"), STUB_CUDA_DEVICES=H100, **stub_driver
+    )
+    assert from_file.returncode == 1
+    bad = run_judge("ok", "--gpu-code", '{"not": "a list"}')
+    assert bad.returncode == 2 and "--gpu-code wants a JSON list" in bad.stderr
+
+
+def test_gpu_unsupported_is_a_verdict_like_the_others():
+    assert "GPU_UNSUPPORTED" in judge.VERDICTS and set(judge.HINTS) == set(judge.VERDICTS)
+    assert judge.exit_code({"verdict": "GPU_UNSUPPORTED"}, []) == 1
+    assert judge.exit_code({"verdict": "GPU_UNSUPPORTED"}, ["GPU_UNSUPPORTED"]) == 0
+
+
+def test_the_report_counts_and_explains_gpu_unsupported(tmp_path):
+    from msgpu_verify import report
+
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()
+    judged_doc = {"verdict": "GPU_UNSUPPORTED", "explanation": "gpu7: stack s cannot run on GPU X", "hint": "h"}
+    (hosts / "gpu7.json").write_text(json.dumps({"host": "gpu7", "judge": judged_doc, "bench": None}))
+    (hosts / "gpu1.json").write_text(json.dumps({"host": "gpu1", "judge": {"verdict": "OK", "explanation": "ok"}}))
+    paths = report.write_report(hosts, tmp_path / "out", "t")
+    summary = json.loads(paths[-1].read_text())
+    assert summary["verdicts"] == {"GPU_UNSUPPORTED": 1, "OK": 1}
+    row = next(r for r in summary["hosts"] if r["host"] == "gpu7")
+    assert row["passed"] is False and row["explanation"].startswith("gpu7: stack s cannot run on GPU X")
+
+
+def test_what_the_stacks_libraries_support_in_words():
+    assert judge.gpu_code_support(GPU_CODE) == (
+        "MindSpore 1.5.1 (libmindspore_gpu.so: SASS none; PTX 5.3); cuDNN 8.0.5 (CC 3.5 to 8.6; newer 8.x untuned, "
+        "nothing of 9.0 and up; NVIDIA cuDNN 8.0.5 support matrix)"
+    )
+    cited = {"sass": ["8.6", "7.5"], "ptx": ["8.6"], "label": "its kernels", "min": "6.0", "max": "8.6", "source": "s"}
+    assert judge.gpu_code_support([{"name": "TensorRT", "version": "8.4.1", "code": cited}, {"name": "X"}]) == (
+        "TensorRT 8.4.1 (its kernels: SASS 7.5, 8.6; PTX 8.6; CC 6.0 to 8.6; nothing newer; s); X"
+    )
+    assert judge.gpu_code_support([{"name": "N", "version": "1", "code": {"max": "9.0", "above_max": "jit"}}]) == (
+        "N 1 (CC any to 9.0; newer through PTX JIT)"
+    )

@@ -306,3 +306,35 @@ def test_jit_summary_says_when_the_cache_did_not_serve():
     assert summary["cache_works"] is False and summary["ratio"] == 1.02
     quick = smoke.jit_summary({"seconds": 6.0, "gpu_seconds": 1.0}, {"seconds": 6.0, "gpu_seconds": 1.0})
     assert quick["cache_works"] is True and "little or nothing to JIT-compile" in quick["note"]
+
+
+def test_gpu_smoke_stops_on_a_gpu_the_stack_cannot_run_on(host, stubs, tmp_path):
+    """The stack's GPU code (--gpu-code) against the compute capability the probe read: cuDNN 8.0.5 has nothing for
+    Hopper, so the smoke test ends after the probe, before minutes of warm-up."""
+    gpu_code = [
+        {
+            "name": "cuDNN",
+            "version": "8.0.5",
+            "code": {"min": "3.5", "max": "8.6", "above_max": "same_major", "source": "NVIDIA cuDNN 8.0.5"},
+        }
+    ]
+    out = tmp_path / "gpu-smoke.json"
+    args = ("--libcuda", stubs["cuda"], "--libnvml", stubs["nvml"], "--gpu-code", json.dumps(gpu_code))
+    result = run_smoke(
+        "ok", host, out, *args, "--stack", "ms1.5", "--host", "gpu7", STUB_CUDA_DEVICES="NVIDIA H100 PCIe:9.0:81559"
+    )
+    assert result.returncode == 1
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "GPU_UNSUPPORTED"
+    assert doc["explanation"].startswith(
+        "the stack cannot run on this host's GPUs: gpu7: stack ms1.5 cannot run on GPU NVIDIA H100 PCIe (CC 9.0) at "
+        "device 0"
+    )
+    assert doc["compute"]["state"] == "checked" and doc["compute"]["runs"] is False
+    for name in ("warmup_first", "warmup_second", "judge", "bench"):
+        assert doc["steps"][name]["status"] == "skipped"
+    # The same stack on a GPU it runs on goes on (and the judge gets the GPU code too).
+    result = run_smoke("ok", host, out, *args, STUB_CUDA_DEVICES=RTX3090)
+    doc = json.loads(out.read_text())
+    assert doc["compute"]["runs"] is True and doc["steps"]["warmup_first"]["status"] == "ran"
+    assert doc["steps"]["judge"]["document"]["compute"]["state"] == "checked"

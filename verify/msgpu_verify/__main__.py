@@ -39,7 +39,16 @@ def cmd_judge(args: argparse.Namespace) -> int:
         "cuda": args.expect_cuda,
         "cudnn_major": args.expect_cudnn_major,
     }
-    document = judge_mod.judge(args.python, args.device, args.timeout, expected, driver_probe=not args.no_driver_probe)
+    document = judge_mod.judge(
+        args.python,
+        args.device,
+        args.timeout,
+        expected,
+        driver_probe=not args.no_driver_probe,
+        gpu_code=args.gpu_code,
+        host=args.host,
+        stack=args.stack,
+    )
     document["accept"] = list(args.accept)
     write_json(document, args.json)
     print(judge_mod.summary_line(document))
@@ -240,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on a GPU, do not run gpu_probe.py (the driver without MindSpore) to explain the verdict",
     )
+    judge_mod.add_gpu_code_arguments(p)
     p.set_defaults(func=cmd_judge)
 
     p = sub.add_parser("warmup", help="first CUDA context once per host and user: the kernel JIT, timed, cached")

@@ -28,7 +28,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 NATIVE, OUTSIDE, JIT, NONE, UNKNOWN = "native", "outside", "jit", "none", "unknown"
 ORDER = {NATIVE: 0, OUTSIDE: 1, JIT: 2, UNKNOWN: 3, NONE: 4}
 ABOVE_MAX = ("jit", "same_major", "none")
-CC_RE = re.compile(r"^\s*(?:sm_|compute_)?(\d+)(?:\.(\d+))?\s*$")
+# "sm_90a" / "9.0a": an architecture-specific target of that CC (it runs on that CC only, as a cubin does).
+CC_RE = re.compile(r"^\s*(?:sm_|compute_)?(\d+)(?:\.(\d+))?[af]?\s*$")
 # The GPU probe's own test kernel (gpu_probe.py): PTX for compute_50, so it JITs on CC >= 5.0 only.
 PROBE_PTX = "5.0"
 
@@ -188,9 +189,13 @@ def check(
                 result["warnings"].append(f"{host}: GPU {gpu}: {why} (slow first start, then cached).")
             elif outcome == OUTSIDE:
                 result["warnings"].append(f"{host}: GPU {gpu}: {why}; not verified by NVIDIA for this GPU.")
-            elif outcome == UNKNOWN:
+            elif outcome == UNKNOWN and cc_tuple(entry.get("cc")) is None:
                 result["warnings"].append(
                     f"{host}: GPU {gpu}: not checked against stack {stack} ({why}); the verify step and the "
                     "doctor check it with the compute capability the driver reports."
+                )
+            elif outcome == UNKNOWN:
+                result["warnings"].append(
+                    f"{host}: GPU {gpu}: {why}, so whether it runs there is not known; ./toolkit verify runs it."
                 )
     return result

@@ -20,6 +20,7 @@ import argparse
 import glob
 import importlib
 import json
+import mmap
 import os
 import re
 import shlex
@@ -60,8 +61,11 @@ PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/msgpu-p
 # The GPU probe (gpu_probe.py: libcuda and NVML through ctypes, no MindSpore) runs through the judge's
 # run_driver_probe, in a child with a hard timeout: a broken driver can hang in cuInit.
 GPU_PROBE_TIMEOUT = 30.0
-# What doctor.py needs beside it to run the probe when it runs as a lone file (the verify role copies these).
-PROBE_FILES = ("__init__.py", "_proc.py", "judge.py", "gpu_probe.py")
+# What doctor.py needs beside it to run the probe and the GPU code rule (compute.py) when it runs as a lone file
+# (the verify role copies these).
+PROBE_FILES = ("__init__.py", "_proc.py", "judge.py", "gpu_probe.py", "compute.py")
+# NCCL's soname: what MindSpore's collective libraries link (DT_NEEDED), and what the 1.10 and 2.x wheels bundle.
+NCCL_SONAME = "libnccl.so.2"
 # What a CUresult from cuInit, cuDeviceGetCount or the probe's kernel steps means on a GPU host, in plain words
 # (cuda.h's CUresult values; gpu_probe.py names them through the driver's cuGetErrorName).
 CUDA_MEANINGS = {
@@ -231,43 +235,56 @@ def shell_environment(env_file: str, timeout_s: float = 20.0) -> Tuple[Optional[
 
 
 def elf_dynamic(path: Path) -> Dict[str, List[str]]:
-    """DT_NEEDED, DT_RPATH and DT_RUNPATH of a 64-bit little-endian ELF file ({} when unreadable)."""
+    """DT_NEEDED, DT_RPATH and DT_RUNPATH of a 64-bit little-endian ELF file ({} when unreadable or not one).
+
+    Reads only the header, the program headers, the dynamic section and its string table (a few KiB), never the
+    whole file: MindSpore's libraries are up to hundreds of MiB, and the NCCL rule reads every one of the wheel's."""
     try:
-        data = path.read_bytes()
-    except OSError:
-        return {}
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        return {}
-    (phoff,) = struct.unpack_from("<Q", data, 0x20)
-    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-    loads: List[Tuple[int, int, int]] = []
-    dynamic: Optional[Tuple[int, int]] = None
-    for index in range(phnum):
-        p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from(
-            "<IIQQQQ", data, phoff + index * phentsize
-        )
-        if p_type == 1:
-            loads.append((p_vaddr, p_offset, p_filesz))
-        elif p_type == 2:
-            dynamic = (p_offset, p_filesz)
-    if dynamic is None:
-        return {}
-    entries: List[Tuple[int, int]] = []
-    for offset in range(dynamic[0], dynamic[0] + dynamic[1], 16):
-        tag, value = struct.unpack_from("<qQ", data, offset)
-        if tag == 0:
-            break
-        entries.append((tag, value))
-    strtab_vaddr = next((v for t, v in entries if t == 5), None)
-    if strtab_vaddr is None:
-        return {}
-    strtab = next((o + strtab_vaddr - va for va, o, size in loads if va <= strtab_vaddr < va + size), None)
-    if strtab is None:
+        with open(path, "rb") as handle:
+            head = handle.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return {}
+            (phoff,) = struct.unpack_from("<Q", head, 0x20)
+            phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+            if phentsize < 56 or phnum > 4096:
+                return {}
+            handle.seek(phoff)
+            table = handle.read(phentsize * phnum)
+            loads: List[Tuple[int, int, int]] = []
+            dynamic: Optional[Tuple[int, int]] = None
+            for index in range(phnum):
+                p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from(
+                    "<IIQQQQ", table, index * phentsize
+                )
+                if p_type == 1:
+                    loads.append((p_vaddr, p_offset, p_filesz))
+                elif p_type == 2:
+                    dynamic = (p_offset, p_filesz)
+            if dynamic is None or dynamic[1] > 1 << 20:
+                return {}
+            handle.seek(dynamic[0])
+            section = handle.read(dynamic[1])
+            entries: List[Tuple[int, int]] = []
+            for offset in range(0, len(section) - 15, 16):
+                tag, value = struct.unpack_from("<qQ", section, offset)
+                if tag == 0:
+                    break
+                entries.append((tag, value))
+            strtab_vaddr = next((v for t, v in entries if t == 5), None)
+            strsz = next((v for t, v in entries if t == 10), None) or 1 << 20  # DT_STRSZ, else up to 1 MiB
+            if strtab_vaddr is None:
+                return {}
+            strtab = next((o + strtab_vaddr - va for va, o, size in loads if va <= strtab_vaddr < va + size), None)
+            if strtab is None:
+                return {}
+            handle.seek(strtab)
+            strings = handle.read(min(strsz, 1 << 24))
+    except (OSError, struct.error):
         return {}
 
     def string(offset: int) -> str:
-        start = strtab + offset
-        return data[start : data.index(b"\0", start)].decode("utf-8", "replace")
+        end = strings.find(b"\0", offset)
+        return strings[offset : end if end >= 0 else len(strings)].decode("utf-8", "replace")
 
     names = {1: "needed", 15: "rpath", 29: "runpath"}
     found: Dict[str, List[str]] = {"needed": [], "rpath": [], "runpath": []}
@@ -651,26 +668,32 @@ def gpu_persistence(text: str) -> List[Dict[str, str]]:
 # ----------------------------------------------------------------------------------------------- GPU probe
 
 
-def driver_probe_runner() -> Tuple[Optional[Callable[..., Dict[str, Any]]], str]:
-    """The judge's run_driver_probe (gpu_probe.py in a child with a hard timeout), and why not when it is missing.
+def sibling_module(name: str) -> Tuple[Optional[Any], str]:
+    """A module of the package doctor.py sits in (``judge``, ``compute``), and why not when it is missing.
 
     In the package (``python -m msgpu_verify doctor``) it is imported as usual; doctor.py run as a file
-    imports the package it sits in when the files it needs are beside it (the verify role copies them), and
-    runs without the probe when it was copied alone."""
+    imports the package it sits in when the files it needs (PROBE_FILES) are beside it (the verify role copies
+    them), and runs without them when it was copied alone."""
     try:
         if __package__:
-            from . import judge
-
-            return judge.run_driver_probe, ""
+            return importlib.import_module("." + name, __package__), ""
         folder = Path(__file__).resolve().parent
-        missing = [name for name in PROBE_FILES if not (folder / name).is_file()]
+        missing = [item for item in PROBE_FILES if not (folder / item).is_file()]
         if missing:
             return None, f"{', '.join(missing)} not beside {Path(__file__).resolve()} (it runs alone)"
         if str(folder.parent) not in sys.path:
             sys.path.insert(0, str(folder.parent))
-        return importlib.import_module(folder.name + ".judge").run_driver_probe, ""
+        return importlib.import_module(folder.name + "." + name), ""
     except ImportError as exc:
-        return None, f"the GPU probe cannot be imported: {exc}"
+        return None, f"{name}.py cannot be imported: {exc}"
+
+
+def driver_probe_runner() -> Tuple[Optional[Callable[..., Dict[str, Any]]], str]:
+    """The judge's run_driver_probe (gpu_probe.py in a child with a hard timeout), and why not when it is missing."""
+    judge, reason = sibling_module("judge")
+    if judge is None:
+        return None, reason if "not beside" in reason else f"the GPU probe cannot be imported: {reason}"
+    return judge.run_driver_probe, ""
 
 
 def gpu_probe_record(host: Host) -> Dict[str, Any]:
@@ -1181,6 +1204,12 @@ def rule_gpu_probe(host: Host) -> List[Finding]:
     elif verdict == "KERNEL_FAILED":
         devices = [d for d in document.get("devices") or [] if isinstance(d, dict)]
         failed = [d for d in devices if not (d.get("kernel") or {}).get("ok")]
+        # The probe's kernel is PTX for compute_50 (compute.PROBE_PTX): on an older GPU it cannot run at all, which
+        # says nothing about the driver or the GPU.
+        below = [d for d in failed if _below_probe(d)]
+        failed = [d for d in failed if d not in below]
+        if below:
+            findings.append(_below_probe_finding(below, len(devices), nvml_line))
         lines = []
         for device in failed:
             kernel = device.get("kernel") or {}
@@ -1197,21 +1226,65 @@ def rule_gpu_probe(host: Host) -> List[Finding]:
                     f" - {meaning}" if meaning else "",
                 )
             )
-        findings.append(
-            Finding(
-                "gpu-kernel-failed",
-                "error",
-                f"A tiny CUDA kernel fails on {len(failed)} of {len(devices)} GPU(s) without any framework: the "
-                "driver or the GPU is at fault, not MindSpore",
-                [*lines, nvml_line],
-                "Look for Xid errors (`sudo dmesg | grep -i -e xid -e nvrm`) and ECC errors (`nvidia-smi -q -d ECC`), "
-                "check the GPU's power and cooling, reset it (`sudo nvidia-smi -r -i <index>`, no process may use "
-                "it) or reboot; a GPU that keeps failing needs service. " + PROBE_FIX_RERUN,
+        if failed:
+            findings.append(
+                Finding(
+                    "gpu-kernel-failed",
+                    "error",
+                    f"A tiny CUDA kernel fails on {len(failed)} of {len(devices)} GPU(s) without any framework: the "
+                    "driver or the GPU is at fault, not MindSpore",
+                    [*lines, nvml_line],
+                    "Look for Xid errors (`sudo dmesg | grep -i -e xid -e nvrm`) and ECC errors (`nvidia-smi -q -d "
+                    "ECC`), check the GPU's power and cooling, reset it (`sudo nvidia-smi -r -i <index>`, no process "
+                    "may use it) or reboot; a GPU that keeps failing needs service. " + PROBE_FIX_RERUN,
+                )
             )
-        )
     findings += _driver_version_findings(host, nvml)
     findings += _ecc_findings(nvml)
     return findings
+
+
+def _probe_cc(device: Dict[str, Any]) -> Tuple[Optional[Tuple[int, int]], str]:
+    """A probe device's compute capability as a tuple (compute.cc_tuple) and as text; (None, "?") unknown."""
+    compute, _ = sibling_module("compute")
+    cc = compute.cc_tuple(device.get("compute_capability")) if compute is not None else None
+    return cc, (f"{cc[0]}.{cc[1]}" if cc else str(device.get("compute_capability") or "?"))
+
+
+def _below_probe(device: Dict[str, Any]) -> bool:
+    """A GPU whose compute capability is below the probe's PTX target (compute.PROBE_PTX, 5.0)."""
+    compute, _ = sibling_module("compute")
+    cc = _probe_cc(device)[0]
+    return bool(compute is not None and cc and cc < compute.cc_tuple(compute.PROBE_PTX))
+
+
+def _below_probe_finding(below: List[Dict[str, Any]], total: int, nvml_line: str) -> Finding:
+    compute, _ = sibling_module("compute")
+    ptx = compute.PROBE_PTX if compute is not None else "5.0"
+    lines = [
+        "GPU {} ({}): {} failed: {}: compute capability {} is below what the probe (PTX {}) can run".format(
+            d.get("index"),
+            d.get("name") or "?",
+            (d.get("kernel") or {}).get("step"),
+            (d.get("kernel") or {}).get("error"),
+            _probe_cc(d)[1],
+            ptx,
+        )
+        for d in below
+    ]
+    ccs = sorted({_probe_cc(d)[1] for d in below})
+    return Finding(
+        "gpu-below-probe",
+        "warning",
+        f"The GPU probe cannot check {len(below)} of {total} GPU(s): compute capability {', '.join(ccs)} is below what "
+        f"the probe (PTX {ptx}) can run",
+        [*lines, nvml_line],
+        "This blames neither the driver nor the GPU: the probe's test kernel is PTX for compute_"
+        f"{ptx.replace('.', '')}, which the driver cannot build for an older GPU, so the probe says nothing about it "
+        "(`nvidia-smi` shows whether the driver serves it). Whether the stack's libraries run on it is the "
+        "gpu-unsupported finding's answer (the GPU's compute capability against the stack's code); CUDA 12 has no "
+        "code for compute capability below 5.0 at all.",
+    )
 
 
 def _init_lines(document: Dict[str, Any]) -> List[str]:
@@ -1330,6 +1403,94 @@ def _ecc_findings(nvml: Dict[str, Any]) -> List[Finding]:
             "and reboot. ECC off gives a little more memory and bandwidth; leave it if that was chosen.",
         )
     ]
+
+
+def rule_compute(host: Host) -> List[Finding]:
+    """The stack's GPU code (expect ``gpu_code``: stack_resolved.gpu_code, each component's measured SASS/PTX and
+    documented compute-capability range) against the compute capability the GPU probe read for each GPU, by
+    compute.py's rule (judge.check_gpu_code): a GPU the stack cannot run on is an error, a GPU it runs on only through
+    the driver's PTX JIT or outside a library's support matrix a warning. Nothing without gpu_code, on a host without
+    GPUs on purpose, or without the probe's compute capabilities."""
+    components = host.expect.get("gpu_code")
+    if not components or host.expect.get("no_gpu") or not probe_document(host):
+        return []
+    judge, _ = sibling_module("judge")
+    compute, _ = sibling_module("compute")
+    if judge is None or compute is None:
+        return []
+    stack = str(host.expect.get("stack") or "")
+    name = str(host.expect.get("host") or socket.gethostname())
+    result = judge.check_gpu_code(components, gpu_probe_record(host), name, stack)
+    if result.get("state") != "checked":
+        return []
+    supports = f"the stack's libraries support: {result['supports']}"
+    read = "compute capability from the GPU probe (gpu_probe.py: cuDeviceGetAttribute): " + "; ".join(
+        "{} at {}: {}".format(g["id"], ", ".join(s for s in g["slots"] if s) or "?", compute.cc_text(g["cc"]))
+        for g in result["gpus"]
+    )
+    findings: List[Finding] = []
+    if result["errors"]:
+        bad = [g for g in result["gpus"] if any(outcome == compute.NONE for outcome, _ in g["problems"])]
+        findings.append(
+            Finding(
+                "gpu-unsupported",
+                "error",
+                f"Stack {stack or '?'} cannot run on {sum(len(g['slots']) for g in bad)} GPU(s) of this host: "
+                + ", ".join(f"{g['id']} (compute capability {compute.cc_text(g['cc'])})" for g in bad),
+                [*result["errors"], read, supports],
+                "stack_name: auto picks a catalog stack that runs here (the preflight, playbooks/preflight.yml, "
+                "changes nothing and says which and why), or set stack_name to a stack whose MindSpore, CUDA, cuDNN "
+                "and TensorRT support this GPU (catalog/stacks.yml, `gpu:` of each version); then "
+                "`./toolkit provision`.",
+            )
+        )
+    # compute.check writes one warning per JIT / outside-the-matrix problem, GPU by GPU in its problems' order.
+    warnings = iter(result["warnings"])
+    kinds: Dict[str, List[str]] = {compute.JIT: [], compute.OUTSIDE: [], compute.UNKNOWN: []}
+    for entry in result["gpus"]:
+        for outcome, why in entry["problems"]:
+            if outcome in kinds:
+                kinds[outcome].append(next(warnings, why))
+    if kinds[compute.JIT]:
+        findings.append(
+            Finding(
+                "gpu-jit-only",
+                "warning",
+                f"Stack {stack or '?'} runs on some of this host's GPUs only through the driver's PTX JIT: each "
+                "user's first start compiles for minutes",
+                [*kinds[compute.JIT], read, supports],
+                "Nothing is broken: the driver compiles the PTX once per user and keeps it in the kernel cache "
+                "(~/.nv/ComputeCache; CUDA_CACHE_MAXSIZE of at least 2 GiB, the env file sets it), and the verify "
+                "role's warm-up pays it before anything is timed. stack_name: auto picks a catalog stack with native "
+                "code for this GPU where there is one.",
+            )
+        )
+    if kinds[compute.OUTSIDE]:
+        findings.append(
+            Finding(
+                "gpu-outside-matrix",
+                "warning",
+                f"Stack {stack or '?'} runs on some of this host's GPUs outside its libraries' support matrix "
+                "(same-architecture code, untuned, not verified by NVIDIA)",
+                [*kinds[compute.OUTSIDE], read, supports],
+                "It runs, possibly slower than a stack built for this GPU. stack_name: auto picks a catalog stack "
+                "whose libraries list this GPU where there is one.",
+            )
+        )
+    if kinds[compute.UNKNOWN]:
+        findings.append(
+            Finding(
+                "gpu-code-unknown",
+                "warning",
+                f"Stack {stack or '?'} has components whose GPU code the catalog does not record: not checked "
+                "against this host's GPUs",
+                [*kinds[compute.UNKNOWN], read, supports],
+                "Nothing to do on the host; the judge (`./toolkit verify`) shows whether MindSpore computes on the "
+                "GPU. The catalog's `gpu:` of that component's version (catalog/stacks.yml) or its measured code "
+                "(catalog/gpu_code.yml) would let this check judge it.",
+            )
+        )
+    return findings
 
 
 PROVIDERS: Sequence[Tuple[str, str, str]] = (
@@ -1480,6 +1641,208 @@ def rule_rpath_shadow(
             "Point it at the stack's toolkit (`sudo ln -sfn <stack_install_prefix>/cuda-"
             f"{(host.expect.get('cuda') or {}).get('version', '<ver>')} /usr/local/cuda`, which the cuda role "
             "manages) or remove the other copies from that folder; then run the doctor again.",
+        )
+    ]
+
+
+def nccl_version(path: Path) -> Optional[str]:
+    """NCCL's release of a libnccl file: from its real file name (libnccl.so.2.14.3, as NVIDIA's tarballs, debs and
+    the cuda_library role's wheel method name it), else from the "NCCL version 2.7.6+cuda11.1" string NCCL prints at
+    init, which every build carries (the copies bundled in MindSpore's wheels are named libnccl.so.2 only)."""
+    match = re.match(r"libnccl\.so\.(\d+\.\d+\.\d+)$", os.path.basename(os.path.realpath(str(path))))
+    if match:
+        return match.group(1)
+    try:
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            at = data.find(b"NCCL version ")
+            found = re.match(rb"NCCL version (\d+\.\d+\.\d+)", data[at : at + 40]) if at >= 0 else None
+    except (OSError, ValueError):
+        return None
+    return found.group(1).decode() if found else None
+
+
+def nccl_users(package: Path) -> List[Path]:
+    """The libraries of the MindSpore package that link NCCL (DT_NEEDED libnccl.so.2): lib/libgpu_collective.so
+    (1.5, 1.10), lib/libnvidia_collective.so (1.10), lib/plugin/gpu<CUDA>/libnvidia_collective.so (2.x)."""
+    users: List[Path] = []
+    for folder, dirs, files in os.walk(str(package)):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.startswith("libnccl") or not re.search(r"\.so(\.|$)", name):
+                continue
+            path = Path(folder) / name
+            if not path.is_symlink() and NCCL_SONAME in elf_dynamic(path).get("needed", []):
+                users.append(path)
+    return users
+
+
+def _plugin_cuda(path: Path) -> Optional[Tuple[int, ...]]:
+    match = re.fullmatch(r"gpu(\d+(?:\.\d+)*)", path.parent.name)
+    return version_key(match.group(1)) if match else None
+
+
+def _nccl_user_for_stack(users: List[Path], cuda: str) -> List[Path]:
+    """Of the NCCL users, those MindSpore would load with the stack's CUDA: the 2.x wheel has one plugin folder per
+    CUDA it was built for (lib/plugin/gpu10.1, gpu11.1, gpu11.6) and loads the one for the installed CUDA, else the
+    newest older one; the users outside such folders always count."""
+    plain = [u for u in users if _plugin_cuda(u) is None]
+    plugins = [u for u in users if _plugin_cuda(u) is not None]
+    want = version_key(cuda)[:2] if cuda else ()
+    if plugins and want:
+        older = [u for u in plugins if (_plugin_cuda(u) or ())[:2] <= want]
+        if older:
+            best = max((_plugin_cuda(u) or ())[:2] for u in older)
+            plugins = [u for u in older if (_plugin_cuda(u) or ())[:2] == best]
+    return plain + plugins
+
+
+def nccl_search(host: Host, user: Path, extension: Optional[Path], ld_library_path: List[str]) -> List[Tuple[str, str]]:
+    """Where the dynamic linker looks for libnccl.so.2 when ``user`` (a library that DT_NEEDs it) is loaded, in its
+    order: [(how, path)] of the files that exist. ld.so(8): the user's DT_RPATH (unless it has a DT_RUNPATH), then
+    the DT_RPATH of the objects up the chain that loads it (glibc walks each loader's DT_RPATH; MindSpore's extension
+    heads that chain for the wheel's libraries, directly or through the libraries it links), then
+    LD_LIBRARY_PATH, the user's DT_RUNPATH, ld.so.cache and the default folders. A libnccl.so.2 already loaded into
+    the process (LD_PRELOAD) would be used before all of them."""
+    dynamic = elf_dynamic(user)
+    origin = host.shown(user.parent)
+
+    def expand(values: List[str], where: str) -> List[str]:
+        return [d.replace("$ORIGIN", where).replace("${ORIGIN}", where) for v in values for d in v.split(":") if d]
+
+    runpath = expand(dynamic.get("runpath", []), origin)
+    steps: List[Tuple[str, List[str]]] = []
+    if not runpath:
+        steps.append((f"DT_RPATH of {host.shown(user)}", expand(dynamic.get("rpath", []), origin)))
+        if extension is not None and extension != user:
+            loader = elf_dynamic(extension)
+            if not loader.get("runpath"):
+                steps.append(
+                    (
+                        f"DT_RPATH of {host.shown(extension)} (in the chain that loads {user.name})",
+                        expand(loader.get("rpath", []), host.shown(extension.parent)),
+                    )
+                )
+    steps.append(("LD_LIBRARY_PATH", ld_library_path))
+    steps.append((f"DT_RUNPATH of {host.shown(user)}", runpath))
+    hits: List[Tuple[str, str]] = []
+    for how, dirs in steps:
+        for folder in dirs:
+            if folder and (host.path(folder) / NCCL_SONAME).exists():
+                hits.append((how, os.path.normpath(folder) + "/" + NCCL_SONAME))
+    cached = ld_cache(host).get(NCCL_SONAME)
+    if cached:
+        hits.append(("ld.so.cache", cached))
+    for folder in MULTIARCH_DIRS:
+        if (host.path(folder) / NCCL_SONAME).exists():
+            hits.append(("default path", folder + "/" + NCCL_SONAME))
+    return hits
+
+
+def rule_nccl(host: Host, env: Dict[str, str]) -> List[Finding]:
+    """Which libnccl.so.2 MindSpore's NCCL user would load, and whether a copy the wheel bundles (1.10:
+    mindspore/lib/libnccl.so.2, 2.x: mindspore/lib/plugin/gpu<CUDA>/libnccl.so.2, found first through the
+    collective library's RPATH $ORIGIN) shadows the NCCL the stack installed (the cuda_library role: <prefix>/lib64 on
+    the env file's LD_LIBRARY_PATH, or NVIDIA's debs in the linker cache). Info when they agree, a warning when the
+    versions differ."""
+    extension = mindspore_extension(host, env)
+    if extension is None:
+        return []
+    package = extension.parent
+    users = nccl_users(package)
+    if not users:
+        return []
+    cuda = str((host.expect.get("cuda") or {}).get("version") or "")
+    chosen = _nccl_user_for_stack(users, cuda)
+    ld_path = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    user = chosen[0]
+    hits = nccl_search(host, user, extension, ld_path)
+    # The stack's NCCL: what the linker finds without any of the wheel's RPATHs; else the venv's nvidia-nccl wheel.
+    stack_hits = [(how, path) for how, path in library_search(host, NCCL_SONAME, [], ld_path) if how != "RPATH"]
+    venv = env.get("VIRTUAL_ENV") or (host.expect.get("mindspore") or {}).get("venv") or ""
+    for wheel in sorted(glob.glob(str(host.path(venv)) + "/lib/python*/site-packages/nvidia/nccl/lib/" + NCCL_SONAME)):
+        stack_hits.append(("the venv's nvidia-nccl wheel (on no search path)", host.shown(Path(wheel))))
+    expected = str((host.expect.get("nccl") or {}).get("version") or "")
+
+    def real(path: str) -> str:
+        return os.path.realpath(str(host.path(path)))
+
+    def described(how: str, path: str) -> str:
+        version = nccl_version(host.path(path))
+        shown_real = host.shown(Path(real(path)))
+        target = f" -> {shown_real}" if shown_real != path else ""
+        return f"{path}{target} (NCCL {version or 'version unknown'}; {how})"
+
+    evidence = [f"{host.shown(user)} links {NCCL_SONAME} (DT_NEEDED)"]
+    evidence += [f"{host.shown(u)} links it too, beside it (the same search)" for u in chosen[1:]]
+    others = [u for u in users if u not in chosen]
+    if others:
+        evidence.append(
+            f"not loaded with the stack's CUDA {cuda}: "
+            + ", ".join(host.shown(u) for u in others)
+            + " (the wheel loads the GPU plugin folder for the installed CUDA)"
+        )
+    if not hits:
+        return []  # nothing to load: rule_libraries' library-missing:libnccl.so.2 says it
+    how, path = hits[0]
+    loaded_version = nccl_version(host.path(path))
+    bundled = real(path).startswith(os.path.realpath(str(package)) + os.sep)
+    evidence.append("loads first: " + described(how, path))
+    later: List[Tuple[str, str]] = []
+    for h, p in hits[1:]:
+        if real(p) != real(path) and all(real(p) != real(q) for _, q in later):
+            later.append((h, p))
+    evidence += ["then: " + described(h, p) for h, p in later[:3]]
+    via = "its DT_RPATH" if how == f"DT_RPATH of {host.shown(user)}" else how
+    stack_path = next((p for _, p in stack_hits), None)
+    stack_version = nccl_version(host.path(stack_path)) if stack_path else None
+    if stack_path and real(stack_path) != real(path):
+        evidence.append("the stack's NCCL: " + described(stack_hits[0][0], stack_path))
+    elif not stack_path:
+        evidence.append(
+            f"the stack's NCCL{' ' + expected if expected else ''}: no {NCCL_SONAME} on LD_LIBRARY_PATH, in "
+            "ld.so.cache or the default folders"
+        )
+    if expected:
+        evidence.append(f"catalog: nccl {expected} ({(host.expect.get('nccl') or {}).get('method') or '?'})")
+    shadows = stack_path is not None and real(stack_path) != real(path)
+    versions = {v for v in (loaded_version, stack_version or (expected if not stack_path else None)) if v}
+    differ = len(versions) > 1 or bool(loaded_version and expected and loaded_version != expected)
+    severity = "warning" if differ else "info"
+    which = "the NCCL its wheel bundles" if bundled else "another NCCL"
+    if shadows:
+        return [
+            Finding(
+                "nccl-shadowed",
+                severity,
+                f"MindSpore loads {which} ({loaded_version or 'version unknown'}), not the stack's "
+                f"({stack_version or 'version unknown'}): {user.name} finds it first through {via}",
+                evidence,
+                (
+                    "The wheel's collective library looks beside itself ($ORIGIN) before LD_LIBRARY_PATH"
+                    if bundled
+                    else f"{how} comes before the stack's LD_LIBRARY_PATH"
+                )
+                + ", so the stack's NCCL is not what distributed training uses. To use the stack's: preload it, "
+                f"`export LD_PRELOAD={stack_path}` (or `mpirun -x LD_PRELOAD=...`): a library already loaded as "
+                f"{NCCL_SONAME} is used before any search. Or leave it: every host runs the same wheel, so every rank "
+                "loads the same NCCL, and the stack's serves other programs only. Ranks that mix NCCL releases "
+                "(one host preloading, another not) can hang or fail in their first collective.",
+            )
+        ]
+    if bundled:
+        note = "the wheel's own copy; the stack's NCCL is not where the linker looks"
+    else:
+        note = "the stack's NCCL" + (f", release {loaded_version}, not the catalog's {expected}" if differ else "")
+    return [
+        Finding(
+            "nccl-loaded",
+            severity,
+            f"MindSpore's {user.name} loads {path} (NCCL {loaded_version or 'version unknown'}): {note}",
+            evidence,
+            "Nothing to do."
+            if not differ
+            else "Run `./toolkit provision` (role cuda_library installs stack_nccl_version where the env file's "
+            "LD_LIBRARY_PATH looks) and source the env file; `ldconfig -p | grep libnccl` lists other copies.",
         )
     ]
 
@@ -1738,8 +2101,10 @@ RULES = (
     "driver",
     "persistence",
     "gpu-probe",
+    "compute",
     "env",
     "libraries",
+    "nccl",
     "python-packages",
     "devices",
     "mpi",
@@ -1761,8 +2126,10 @@ def diagnose(host: Host) -> Dict[str, Any]:
     findings += rule_driver(host)
     findings += rule_persistence(host)
     findings += rule_gpu_probe(host)
+    findings += rule_compute(host)
     findings += rule_env(host, env, stderr)
     findings += rule_libraries(host, shell)
+    findings += rule_nccl(host, shell)
     findings += rule_python_packages(host, shell)
     findings += rule_devices(host, shell)
     findings += rule_mpi(host)

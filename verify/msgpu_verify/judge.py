@@ -7,21 +7,32 @@ On a GPU the judge then runs gpu_probe.py (the CUDA driver and NVML through ctyp
 its own with a short timeout (a broken driver can hang cuInit: never in the judge's process) and records it under
 ``driver_probe``. It only explains, it never changes a verdict: "the GPU works, MindSpore or its CUDA libraries are
 at fault" against "the driver itself fails without MindSpore".
+
+Given the stack's GPU code (``gpu_code``: the components list the preflight publishes as stack_resolved.gpu_code, each
+component's measured SASS/PTX and the vendor's documented compute-capability range), the judge also runs compute.py's
+rule on the compute capability the driver probe read for each GPU, and records it under ``compute``. A GPU the stack
+cannot run on makes the verdict GPU_UNSUPPORTED, whatever MindSpore's own check said: this catches, after the driver
+loads, a GPU that the preflight's PCI data did not know. GPU_UNSUPPORTED also comes from the real texts of a library
+that refuses the GPU (CUDA's "no kernel image is available for execution on the device", cuDNN's
+CUDNN_STATUS_ARCH_MISMATCH, TensorRT's "Unsupported SM").
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from . import compute
 from ._proc import ChildResult, find_result, run_child
 
 STAGE_MARKER = "@@MSGPU_VERIFY_STAGE@@"
-VERDICTS = ("OK", "NO_GPU", "LIBRARY_MISSING", "VERSION_MISMATCH", "HANG", "FAILED")
+VERDICTS = ("OK", "NO_GPU", "GPU_UNSUPPORTED", "LIBRARY_MISSING", "VERSION_MISMATCH", "HANG", "FAILED")
 
 MISSING_LIBRARY = re.compile(r"(lib[\w.+-]+?\.so(?:\.[\w.]+)?): cannot open shared object file")
 NO_GPU_PATTERNS = (
@@ -36,6 +47,21 @@ OLD_DRIVER_PATTERNS = (
     re.compile(r"cudaErrorInsufficientDriver"),
     re.compile(r"ret\[35\]"),
     re.compile(r"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"),
+)
+# What a library says when it has no code for the GPU's architecture (compute capability), with a few words on who
+# says it. CUDA's runtime: cudaGetErrorString(cudaErrorNoKernelImageForDevice, 209 since CUDA 10.1; 48 before) and
+# the driver API's CUDA_ERROR_NO_BINARY_FOR_GPU (209) read "no kernel image is available for execution on the
+# device"; MindSpore's GPU runtime logs it as "ret[209], <text>". cuDNN before 9 checks the GPU itself:
+# cudnnGetErrorString(CUDNN_STATUS_ARCH_MISMATCH, 6). TensorRT logs "Unsupported SM: 0x809" (8.x on Ada: the SM as
+# hex major/minor; 0x900 on Hopper), 7.x "Assertion Error in trtSmToCask: 0 (Unsupported SM.)", 10.x "Target GPU SM
+# 61 is not supported by this TensorRT release".
+GPU_UNSUPPORTED_PATTERNS = (
+    (re.compile(r"no kernel image is available for execution on the device", re.IGNORECASE), "the CUDA runtime"),
+    (re.compile(r"cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU"), "the CUDA runtime"),
+    (re.compile(r"ret\[209\]"), "the CUDA runtime (error 209, no kernel image for this GPU)"),
+    (re.compile(r"CUDNN_STATUS_ARCH_MISMATCH"), "cuDNN"),
+    (re.compile(r"Unsupported SM(?::\s*0x[0-9A-Fa-f]+|\.)?"), "TensorRT"),
+    (re.compile(r"Target GPU SM \d+ is not supported by this TensorRT release"), "TensorRT"),
 )
 # mindspore.run_check()'s own words, read from the real wheels (testbed/run_check_texts.py records them in
 # tests/unit/data/run_check_texts.json, and the unit tests judge every one): 1.5.0, 1.5.1 and 1.10.0 print
@@ -68,6 +94,11 @@ HINTS = {
     "upgrade the NVIDIA driver to the stack's branch.",
     "HANG": "Run the probe by hand (python -m msgpu_verify judge --timeout 600) and look at the last stage; "
     "a hang in import or run_check is often a wrong driver/library mix or a stuck GPU (check dmesg, nvidia-smi).",
+    "GPU_UNSUPPORTED": "The stack's libraries carry no code for this GPU's compute capability (the explanation names "
+    "the GPU, the library and what the stack's libraries support). Set stack_name: auto so the preflight picks a "
+    "catalog stack that runs on every GPU of the host (playbooks/preflight.yml changes nothing and says which stack "
+    "it picks and why), or choose a stack whose MindSpore, CUDA, cuDNN and TensorRT support this GPU "
+    "(catalog/stacks.yml, `gpu:` of each version); then run playbooks/site.yml again.",
     "FAILED": "Read the output below; rerun `python -c 'import mindspore; mindspore.run_check()'` in the "
     "venv to see the full error.",
 }
@@ -137,6 +168,24 @@ def missing_library(text: str, device: str, expected_cuda: Optional[str] = None)
     return (match.group(1), None) if match else None
 
 
+def gpu_refusal(text: str) -> Optional[Tuple[str, str]]:
+    """(who refuses, the words it used) when a library says it has no code for the GPU (GPU_UNSUPPORTED_PATTERNS)."""
+    for pattern, who in GPU_UNSUPPORTED_PATTERNS:
+        match = pattern.search(text or "")
+        if match:
+            return who, match.group(0)
+    return None
+
+
+def _refusal_verdict(refusal: Tuple[str, str], context: str = "") -> Dict[str, Any]:
+    who, words = refusal
+    return _verdict(
+        "GPU_UNSUPPORTED",
+        f'MindSpore cannot compute on this GPU{context}: {who} says "{words}": the stack\'s libraries carry no code '
+        "for the GPU's compute capability.",
+    )
+
+
 def _cuda_major_minor(version: Optional[str]) -> Optional[str]:
     if not version:
         return None
@@ -201,6 +250,9 @@ def classify(
                 f"The check crashed because {missing.group(1)} could not be loaded.",
                 missing.group(1),
             )
+        refusal = gpu_refusal(text)
+        if refusal:
+            return _refusal_verdict(refusal, " (the check crashed before reporting a result)")
         how = (
             f"was killed by signal {-returncode}"
             if returncode is not None and returncode < 0
@@ -221,6 +273,9 @@ def classify(
                 f"`import mindspore` failed because the shared library {missing.group(1)} was not found.",
                 missing.group(1),
             )
+        refusal = gpu_refusal(message + "\n" + text)
+        if refusal:
+            return _refusal_verdict(refusal, " (`import mindspore` failed)")
         return _verdict("FAILED", f"`import mindspore` failed: {message.strip()}")
 
     context_error = errors.get("context")
@@ -245,6 +300,12 @@ def classify(
         problems.insert(0, "the NVIDIA driver is too old for this CUDA runtime (or not loaded): " + old_driver)
     if problems:
         return _verdict("VERSION_MISMATCH", "Version mismatch: " + "; ".join(problems) + ".")
+    said = run_check_said(stage_output(output, "run_check"), device)
+    if device.upper() == "GPU" and (not on_device or "run_check" in errors or not said["said_ok"]):
+        messages = [str((error or {}).get("message") or "") for error in errors.values() if isinstance(error, dict)]
+        refusal = gpu_refusal("\n".join([text, *messages]))
+        if refusal:
+            return _refusal_verdict(refusal)
     if not on_device:
         no_gpu = _first(NO_GPU_PATTERNS, failure_text) if device.upper() == "GPU" else None
         if no_gpu:
@@ -271,7 +332,6 @@ def classify(
             "FAILED",
             "Multiplying [1,2,3]*[4,5,6] on {} gave {}, not {}.".format(device, result.get("mul"), [4, 10, 18]),
         )
-    said = run_check_said(stage_output(output, "run_check"), device)
     if "run_check" in errors or not said["said_ok"]:
         return _verdict(
             "FAILED",
@@ -384,6 +444,38 @@ def driver_probe_text(record: Optional[Dict[str, Any]]) -> str:
     return f"{verdict} ({gpus_text(names)})" if verdict == "OK" and names else verdict
 
 
+def probe_devices(record: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The devices of the driver probe's document (name, compute_capability, kernel), [] when it did not answer."""
+    document = (record or {}).get("document") if (record or {}).get("state") == "ran" else None
+    devices = document.get("devices") if isinstance(document, dict) else None
+    return [d for d in devices or [] if isinstance(d, dict)]
+
+
+def below_probe(device: Dict[str, Any]) -> bool:
+    """A GPU the probe's own kernel (PTX for compute_50, compute.PROBE_PTX) cannot run on: its CC is below 5.0."""
+    cc = compute.cc_tuple(device.get("compute_capability"))
+    probe_cc = compute.cc_tuple(compute.PROBE_PTX)
+    return bool(cc and probe_cc and cc < probe_cc)
+
+
+def below_probe_text(device: Dict[str, Any]) -> str:
+    return "compute capability {} is below what the probe (PTX {}) can run".format(
+        compute.cc_text(device.get("compute_capability")), compute.PROBE_PTX
+    )
+
+
+def _devices_with_cc(devices: Sequence[Dict[str, Any]]) -> str:
+    """Like "2 x NVIDIA H100 80GB HBM3 (CC 9.0)"."""
+    return gpus_text(
+        [
+            "{} (CC {})".format(d.get("name") or "?", compute.cc_text(d["compute_capability"]))
+            if d.get("compute_capability")
+            else str(d.get("name") or "?")
+            for d in devices
+        ]
+    )
+
+
 def driver_probe_sentence(verdict: str, record: Dict[str, Any]) -> Optional[str]:
     """What the driver probe adds to the judge's explanation (None: nothing to add). Never changes the verdict."""
     state = record.get("state")
@@ -392,6 +484,18 @@ def driver_probe_sentence(verdict: str, record: Dict[str, Any]) -> Optional[str]
     if state != "ran":
         return None
     probe_verdict = record.get("verdict")
+    devices = probe_devices(record)
+    if probe_verdict == "OK" and verdict == "GPU_UNSUPPORTED":
+        return (
+            "The driver runs a CUDA kernel (PTX JIT-compiled for each GPU) on every GPU ({}) without MindSpore: the "
+            "GPU works; the stack's libraries are what has no code for it.".format(
+                _devices_with_cc(devices) or gpus_text(record.get("devices") or []) or "?"
+            )
+        )
+    failed = [d for d in devices if not (d.get("kernel") or {}).get("ok")]
+    if probe_verdict == "KERNEL_FAILED" and failed and all(below_probe(d) for d in failed):
+        where, why = _devices_with_cc(failed), below_probe_text(failed[0])
+        return f"The driver probe's kernel cannot run on {where}: {why}, which says nothing about the driver."
     if probe_verdict == "OK":
         if verdict not in MINDSPORE_FAULTS:
             return None
@@ -406,6 +510,122 @@ def driver_probe_sentence(verdict: str, record: Dict[str, Any]) -> Optional[str]
     return None
 
 
+def gpu_code_support(components: Sequence[Dict[str, Any]]) -> str:
+    """What the stack's libraries support, per component: the measured SASS/PTX of each GPU library, or the documented
+    compute-capability range, e.g. "MindSpore 1.5.1 (libmindspore_gpu.so: SASS none; PTX 5.3); cuDNN 8.0.5 (CC 3.5 to
+    8.6; newer 8.x untuned, nothing of 9.0 and up; NVIDIA cuDNN 8.0.5 support matrix)"."""
+
+    def ccs(values: Any) -> str:
+        parsed = sorted({c for c in (compute.cc_tuple(v) for v in values or []) if c})
+        return ", ".join(f"{c[0]}.{c[1]}" for c in parsed) or "none"
+
+    parts: List[str] = []
+    for component in components or []:
+        code = component.get("code") or {}
+        said: List[str] = []
+        for name, lib in sorted((code.get("libraries") or {}).items()):
+            lib = lib or {}
+            said.append(f"{name.rsplit('/', 1)[-1]}: SASS {ccs(lib.get('sass'))}; PTX {ccs(lib.get('ptx'))}")
+        if code.get("sass") or code.get("ptx"):  # cited from the build flags where no wheel was read
+            label = str(code.get("label") or "its kernels")
+            said.append(f"{label}: SASS {ccs(code.get('sass'))}; PTX {ccs(code.get('ptx'))}")
+        low, high = compute.cc_tuple(code.get("min")), compute.cc_tuple(code.get("max"))
+        if low or high:
+            span = "CC {} to {}".format(
+                f"{low[0]}.{low[1]}" if low else "any", f"{high[0]}.{high[1]}" if high else "the newest"
+            )
+            above = str(code.get("above_max") or "none")
+            if high and above == "jit":
+                span += "; newer through PTX JIT"
+            elif high and above == "same_major":
+                span += f"; newer {high[0]}.x untuned, nothing of {high[0] + 1}.0 and up"
+            elif high:
+                span += "; nothing newer"
+            said.append(span)
+        if code.get("source"):
+            said.append(str(code["source"]))
+        name = f"{component.get('name', '?')} {component.get('version', '')}".strip()
+        parts.append(f"{name} ({'; '.join(said)})" if said else name)
+    return "; ".join(parts)
+
+
+def probe_gpus(record: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The GPUs the driver probe read, as compute.check takes them: {"id": name, "cc", "slot": "device N [bus id]"};
+    identical GPUs are grouped by name and compute capability. Devices without a compute capability are left out."""
+    document = (record or {}).get("document") or {}
+    nvml = document.get("nvml") if isinstance(document.get("nvml"), dict) else {}
+    buses = {d.get("index"): d.get("pci_bus_id") for d in nvml.get("devices") or [] if isinstance(d, dict)}
+    gpus = []
+    for device in probe_devices(record):
+        if not compute.cc_tuple(device.get("compute_capability")):
+            continue
+        bus = buses.get(device.get("index"))
+        gpus.append(
+            {
+                "id": device.get("name") or "GPU",
+                "name": "",
+                "cc": device.get("compute_capability"),
+                "slot": f"device {device.get('index')}" + (f" {bus}" if bus else ""),
+            }
+        )
+    return gpus
+
+
+# What the judge offers in place of a stack that cannot run on a GPU (compute.check's ``works``).
+GPU_CODE_WORKS = (
+    "set stack_name: auto, and the preflight picks a catalog stack that runs on every GPU of this host "
+    "(playbooks/preflight.yml says which and why)"
+)
+
+
+def gpu_code_argument(value: str) -> List[Dict[str, Any]]:
+    """``--gpu-code``: the components list as JSON text (``[...]``, what the verify role passes) or a JSON file's path;
+    argparse's error (exit 2) when it is neither."""
+    try:
+        text = value if value.lstrip().startswith("[") else Path(value).read_text()
+        parsed = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"--gpu-code wants a JSON list of components or a file holding one: {exc}"
+        ) from None
+    if not isinstance(parsed, list) or not all(isinstance(c, dict) for c in parsed):
+        raise argparse.ArgumentTypeError("--gpu-code wants a JSON list of components ({name, version, code})")
+    return parsed
+
+
+def add_gpu_code_arguments(parser: argparse.ArgumentParser) -> None:
+    """--gpu-code, --stack and --host, for the judge and gpu-smoke."""
+    parser.add_argument(
+        "--gpu-code",
+        type=gpu_code_argument,
+        help="the stack's GPU code (stack_resolved.gpu_code: JSON text or a file): checked against the compute "
+        "capability the driver probe reads; a GPU the stack cannot run on is GPU_UNSUPPORTED",
+    )
+    parser.add_argument("--stack", default="", help="the stack's name, for the GPU code check's words")
+    parser.add_argument("--host", default="", help="the host's name in those words (default: this host's name)")
+
+
+def check_gpu_code(
+    components: Optional[Sequence[Dict[str, Any]]],
+    record: Optional[Dict[str, Any]],
+    host: str = "",
+    stack: str = "",
+) -> Dict[str, Any]:
+    """compute.check over the compute capability the driver probe read for each GPU: {"state": "checked", "errors",
+    "warnings", "runs", "gpus", "supports"} or {"state": "skipped", "reason"}."""
+    if not components:
+        return {"state": "skipped", "reason": "no stack GPU code given (--gpu-code)"}
+    gpus = probe_gpus(record)
+    if not gpus:
+        return {
+            "state": "skipped",
+            "reason": f"the driver probe read no compute capability ({driver_probe_text(record)})",
+        }
+    result = compute.check(components, gpus, host=host or socket.gethostname(), stack=stack, works=GPU_CODE_WORKS)
+    result["gpus"] = [dict(g, problems=[list(p) for p in g.get("problems") or []]) for g in result["gpus"]]
+    return dict(result, state="checked", stack=stack, supports=gpu_code_support(components))
+
+
 def judge(
     python: str,
     device: str = "GPU",
@@ -414,9 +634,14 @@ def judge(
     env: Optional[Dict[str, str]] = None,
     driver_probe: bool = True,
     driver_probe_timeout_s: float = DRIVER_PROBE_TIMEOUT,
+    gpu_code: Optional[Sequence[Dict[str, Any]]] = None,
+    host: str = "",
+    stack: str = "",
 ) -> Dict[str, Any]:
     """Run the probe in ``python`` and return the full judge JSON document; on a GPU (unless ``driver_probe`` is
-    False) gpu_probe.py too, in its own child, under ``driver_probe``."""
+    False) gpu_probe.py too, in its own child, under ``driver_probe``. With ``gpu_code`` (the stack's components,
+    stack_resolved.gpu_code) compute.py's rule runs on the compute capability the driver probe read (``compute``): a
+    GPU the stack cannot run on makes the verdict GPU_UNSUPPORTED."""
     expected = expected or {}
     probe = Path(__file__).resolve().with_name("probe.py")
     start = time.monotonic()
@@ -436,9 +661,28 @@ def judge(
         probe_record = skipped_driver_probe("--no-driver-probe")
     else:
         probe_record = run_driver_probe(driver_probe_timeout_s, env=env)
+    compute_record = (
+        check_gpu_code(gpu_code, probe_record, host, stack)
+        if device.upper() == "GPU"
+        else {"state": "skipped", "reason": f"the judged device is {device}, not GPU"}
+    )
+    if compute_record.get("errors"):
+        before = verdict
+        compute_record["verdict_before"] = before["verdict"]
+        verdict = _verdict(
+            "GPU_UNSUPPORTED",
+            " ".join(compute_record["errors"])
+            + " The stack's libraries support: {}. MindSpore's own check said {}: {}".format(
+                compute_record["supports"], before["verdict"], before["explanation"]
+            ),
+        )
     sentence = driver_probe_sentence(verdict["verdict"], probe_record)
     if sentence:
         verdict = dict(verdict, explanation=verdict["explanation"].rstrip() + " " + sentence)
+    if compute_record.get("warnings"):
+        verdict = dict(
+            verdict, explanation=verdict["explanation"].rstrip() + " Note: " + " ".join(compute_record["warnings"])
+        )
     raw = find_result(child.output)
     result: Dict[str, Any] = {}
     if raw:
@@ -477,6 +721,7 @@ def judge(
             "output_tail": clean_output(child.output)[-6000:],
             "elapsed_s": elapsed_s,
             "driver_probe": probe_record,
+            "compute": compute_record,
             "timeout_s": timeout_s,
             "timed_out": child.timed_out,
             "python": python,

@@ -9,7 +9,10 @@
 
 The kernel cache is a new folder (``--cache-dir`` to name one; the default is removed at the end) so the first run
 really compiles; every child gets it as CUDA_CACHE_PATH. A step is SKIPPED with the reason when an earlier one shows
-there is no GPU (or that going on is pointless). Verdicts: OK (exit 0), NO_GPU, HANG, FAILED (exit 1).
+there is no GPU (or that going on is pointless). With ``--gpu-code`` (the stack's components, stack_resolved.gpu_code)
+compute.py's rule runs on the compute capability the GPU probe read (``compute``): a GPU the stack cannot run on stops
+the smoke test there, GPU_UNSUPPORTED, before minutes of warm-up. Verdicts: OK (exit 0), NO_GPU, GPU_UNSUPPORTED, HANG,
+FAILED (exit 1).
 Standard library only; Python 3.8.
 """
 
@@ -23,13 +26,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from . import judge as judge_mod
 from . import warmup as warmup_mod
 from ._proc import run_child
 
-VERDICTS = ("OK", "NO_GPU", "HANG", "FAILED")
+VERDICTS = ("OK", "NO_GPU", "GPU_UNSUPPORTED", "HANG", "FAILED")
 NO_GPU_PROBE = ("NO_DRIVER", "NO_DEVICE")
 STEPS = ("gpu_probe", "warmup_first", "warmup_second", "judge", "bench")
 # The second warm-up counts as served from the cache when its GPU part takes under half the first one's, or when
@@ -116,6 +119,9 @@ def gpu_smoke(
     expected: Optional[Dict[str, Optional[str]]] = None,
     probe_timeout: float = 120.0,
     bench: Optional[Callable[..., Dict[str, Any]]] = None,
+    gpu_code: Optional[List[Dict[str, Any]]] = None,
+    host: str = "",
+    stack: str = "",
 ) -> Dict[str, Any]:
     """Every step in order; the smoke test's JSON document. Sets CUDA_CACHE_PATH in this process's environment."""
     started = time.monotonic()
@@ -126,6 +132,8 @@ def gpu_smoke(
     os.environ["CUDA_CACHE_PATH"] = str(cache)
     if libnvml:
         os.environ["MSGPU_LIBNVML"] = libnvml
+    if libcuda:  # the judge's own driver probe (and its GPU code check) reads the same driver
+        os.environ["MSGPU_LIBCUDA"] = libcuda
     doc: Dict[str, Any] = {
         "host": warmup_mod.hostname(),
         "user": warmup_mod.username(),
@@ -157,6 +165,12 @@ def gpu_smoke(
         if probe.get("verdict") in NO_GPU_PROBE:
             stop = "the GPU probe found no GPU ({}: {})".format(probe["verdict"], probe.get("reason"))
             verdict, explanation = "NO_GPU", stop
+        probe_record = {"state": "ran", "verdict": probe.get("verdict"), "document": probe}
+        doc["compute"] = judge_mod.check_gpu_code(gpu_code, probe_record, host, stack)
+        if stop is None and doc["compute"].get("errors"):
+            stop = "the stack cannot run on this host's GPUs: " + " ".join(doc["compute"]["errors"])
+            verdict = "GPU_UNSUPPORTED"
+            explanation = stop + " The stack's libraries support: {}.".format(doc["compute"]["supports"])
         if stop is None:
             first = warmup_mod.warmup(python, warmup_timeout, root=root, force=True, libnvml=libnvml)
             steps["warmup_first"] = _warmup_step(first)
@@ -189,14 +203,18 @@ def gpu_smoke(
             steps["warmup_second"] = _skipped(stop)
         judged: Optional[Dict[str, Any]] = None
         if stop is None:
-            judged = judge_mod.judge(python, "GPU", judge_timeout, expected or {})
+            judged = judge_mod.judge(
+                python, "GPU", judge_timeout, expected or {}, gpu_code=gpu_code, host=host, stack=stack
+            )
             steps["judge"] = _step(
                 "ran", judged["explanation"], verdict=judged["verdict"], seconds=judged["elapsed_s"], document=judged
             )
             if judged["verdict"] != "OK":
                 stop = "the judge says {}: {}".format(judged["verdict"], judged["explanation"])
                 if verdict == "OK":
-                    verdict = {"NO_GPU": "NO_GPU", "HANG": "HANG"}.get(judged["verdict"], "FAILED")
+                    verdict = {"NO_GPU": "NO_GPU", "HANG": "HANG", "GPU_UNSUPPORTED": "GPU_UNSUPPORTED"}.get(
+                        judged["verdict"], "FAILED"
+                    )
                     explanation = stop
         else:
             steps["judge"] = _skipped(stop)
@@ -232,6 +250,8 @@ def gpu_smoke(
                 if steps["bench"]["status"] == "ran"
                 else "skipped (" + steps["bench"]["reason"] + ")",
             )
+        if doc["compute"].get("warnings"):
+            explanation = explanation.rstrip() + " Note: " + " ".join(doc["compute"]["warnings"])
         doc["verdict"], doc["explanation"] = verdict, explanation
     finally:
         if fresh:
@@ -258,6 +278,7 @@ def add_arguments(parser: argparse.ArgumentParser, timeout: Callable[[str], floa
     parser.add_argument("--libnvml", help="libnvidia-ml (default: $MSGPU_LIBNVML or libnvidia-ml.so.1)")
     parser.add_argument("--root", default="/", help=argparse.SUPPRESS)  # tests: where proc/ and dev/ are
     parser.add_argument("--python", default=sys.executable)
+    judge_mod.add_gpu_code_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -273,6 +294,9 @@ def run(args: argparse.Namespace) -> int:
         libcuda=args.libcuda,
         libnvml=args.libnvml,
         expected={k: v for k, v in expected.items() if v},
+        gpu_code=args.gpu_code,
+        host=args.host,
+        stack=args.stack,
     )
     target = Path(args.out)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,11 @@
 """A tiny stand-in for the parts of MindSpore the judge's probe touches, in several broken ways.
 
 Each variant's ``mindspore/__init__.py`` calls ``install(globals(), "<mode>"[, "<release>"])``. Modes: ok, wrong,
-nogpu, exit_hang, noplugin, jit (the first GPU operation of a process "JIT-compiles": it sleeps MSGPU_FAKE_JIT_S
-seconds, 1 by default, unless the kernel cache folder - CUDA_CACHE_PATH, else ~/.nv/ComputeCache - already holds
-what it "compiled", which it then writes there; a large MSGPU_FAKE_JIT_S is a compilation that never ends).
+nogpu, nokernel and cudnnarch (a GPU the stack's libraries have no code for: CUDA's and cuDNN's real words in
+MindSpore's formats), exit_hang, noplugin, jit (the first GPU operation of a process "JIT-compiles": it sleeps
+MSGPU_FAKE_JIT_S seconds, 1 by default, unless the kernel cache folder - CUDA_CACHE_PATH, else ~/.nv/ComputeCache -
+already holds what it "compiled", which it then writes there; a large MSGPU_FAKE_JIT_S is a compilation that never
+ends).
 (hang and missing_lib break at import time in their own __init__.) The release (1.5.1 by
 default, or 2.0.0) decides what run_check prints: the real wheel's own texts, rendered from the templates that
 testbed/run_check_texts.py read out of it (tests/unit/data/run_check_texts.json), and whether the 2.x top-level
@@ -74,6 +76,24 @@ UNSUPPORTED_GPU = (
     "----------------------------------------------------\n"
     "mindspore/core/utils/ms_context.cc:318 SetDeviceTargetFromInner\n"
 )
+# A GPU the stack's libraries have no code for, in MindSpore's own formats (mindspore/ccsrc/runtime/device/gpu/
+# cuda_driver.cc: MS_LOG(ERROR) << "cudaStreamSynchronize failed, ret[" << ret << "], " << cudaGetErrorString(ret);
+# gpu_common.h: "CUDA Error: <message> | Error Number: <status> <cudaGetErrorString>" and "cuDNN Error: <message> |
+# Error Number: <status> <cudnnGetErrorString>"), with the libraries' real strings: cudaErrorNoKernelImageForDevice
+# (209) reads "no kernel image is available for execution on the device", CUDNN_STATUS_ARCH_MISMATCH is status 6.
+GLOG_NO_KERNEL_IMAGE = (
+    "[ERROR] DEVICE(20417,7f3c1b7fe700,python):2026-12-02-10:14:31.562.113 "
+    "[mindspore/ccsrc/runtime/device/gpu/cuda_driver.cc:212] SyncStream] cudaStreamSynchronize failed, ret[209], "
+    "no kernel image is available for execution on the device\n"
+)
+NO_KERNEL_IMAGE_ERROR = (
+    "mindspore/ccsrc/runtime/device/gpu/gpu_kernel_runtime.cc:620 SyncStream] CUDA Error: cudaStreamSynchronize "
+    "failed | Error Number: 209 no kernel image is available for execution on the device"
+)
+CUDNN_ARCH_ERROR = (
+    "mindspore/ccsrc/runtime/device/gpu/gpu_device_manager.cc:38 InitDevice] cuDNN Error: Failed to create cuDNN "
+    "handle | Error Number: 6 CUDNN_STATUS_ARCH_MISMATCH"
+)
 INIT_DEVICE_ERROR = (
     "mindspore/ccsrc/runtime/device/gpu/gpu_device_manager.cc:27 InitDevice] Op Error: "
     "Failed to set current device id | Error Number: 0"
@@ -139,10 +159,18 @@ def install(namespace: dict, mode: str, release: str = "1.5.1") -> None:
         os.write(2, GLOG_NO_GPU.encode())
         raise RuntimeError(INIT_DEVICE_ERROR)
 
+    def fail_on_this_gpu():
+        if mode == "nokernel":
+            os.write(2, GLOG_NO_KERNEL_IMAGE.encode())
+            raise RuntimeError(NO_KERNEL_IMAGE_ERROR)
+        raise RuntimeError(CUDNN_ARCH_ERROR)
+
     class Mul:
         def __call__(self, x, y):
             if mode == "nogpu" and state["device"] == "GPU":
                 fail_without_gpu()
+            if mode in ("nokernel", "cudnnarch") and state["device"] == "GPU":
+                fail_on_this_gpu()
             if mode == "jit" and state["device"] == "GPU":
                 jit_once()
             product = [a * b for a, b in zip(x.values, y.values)]
