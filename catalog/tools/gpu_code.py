@@ -1,8 +1,9 @@
 """Write catalog/gpu_code.yml: which GPU architectures the catalog's pinned wheels really carry code for.
 
 For each wheel in WHEELS (MindSpore's GPU wheels, NVIDIA's NCCL, cuDNN and TensorRT wheels), the file the
-catalog pins is downloaded from PyPI once into .cache/gpu_code/ (`pip download --no-deps`, hundreds of MB each,
-about 3 GB in all), checked against catalog/stacks.yml's sha256 (a mismatch is deleted and refused), and every
+catalog pins is fetched from the pip index once into .cache/gpu_code/ by the controller's artifact cache code
+(roles/stack/files/artifact_cache.py; hundreds of MB each, about 3 GB in all), checked against
+catalog/stacks.yml's sha256 (a download with another one is never kept), and every
 shared library in it is read with verify/msgpu_verify/fatbin.py: the SASS (cubin) and PTX architectures of the
 CUDA fat binaries the library hands to the driver. Libraries without GPU code are counted, not listed.
 
@@ -19,10 +20,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import difflib
-import hashlib
+import importlib.util
 import json
+import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT / "verify"))
 from msgpu_verify import fatbin  # noqa: E402 - verify/ is put on the path just above
 
 CATALOG = ROOT / "catalog" / "stacks.yml"
+ARTIFACT_CACHE = ROOT / "roles" / "stack" / "files" / "artifact_cache.py"
 OUTPUT = ROOT / "catalog" / "gpu_code.yml"
 CACHE = ROOT / ".cache" / "gpu_code"
 COMMAND = "python catalog/tools/gpu_code.py"
@@ -62,18 +64,6 @@ class GpuCodeError(RuntimeError):
 
 def log(message: str) -> None:
     print(f"[gpu_code] {message}", file=sys.stderr, flush=True)
-
-
-def megabytes(size: int) -> str:
-    return f"{size / 1e6:.1f} MB"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as data:
-        for block in iter(lambda: data.read(4 * 2**20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def pinned_wheels(catalog: dict[str, Any]) -> list[dict[str, str]]:
@@ -103,56 +93,34 @@ def pinned_wheels(catalog: dict[str, Any]) -> list[dict[str, str]]:
     return found
 
 
-def fetch(wheel: dict[str, str], cache: Path) -> Path:
-    """The pinned wheel in the cache, downloaded when missing; its sha256 checked against the catalog."""
+def _artifact_cache() -> Any:
+    """The controller's artifact cache (roles/stack/files/artifact_cache.py): the one way this project fetches a
+    pinned file, here a wheel from a pip index, checked by sha256 before it is kept."""
+    if "msgpu_artifact_cache" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("msgpu_artifact_cache", ARTIFACT_CACHE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["msgpu_artifact_cache"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["msgpu_artifact_cache"]
+
+
+def fetch(wheel: dict[str, str], cache: Path, index_url: str) -> Path:
+    """The pinned wheel in the cache, fetched from the pip index when it is missing or its bytes are not the pin's
+    (the artifact cache checks a cached copy's sha256 and never keeps a download with another one)."""
+    tool = _artifact_cache()
     cache.mkdir(parents=True, exist_ok=True)
-    path = cache / wheel["file"]
-    if path.is_file():
-        if sha256_file(path) == wheel["sha256"]:
-            log(f"{wheel['file']}: cached, sha256 as pinned ({megabytes(path.stat().st_size)})")
-            return path
-        log(f"{wheel['file']}: cached copy has another sha256; deleted, downloading again")
-        path.unlink()
-    requirement = f"{wheel['package']}=={wheel['pip_version']}"
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--platform",
-        "manylinux1_x86_64",
-        # nvidia-tensorrt has only manylinux_2_17 wheels (glibc 2.17; Ubuntu 20.04 has 2.31).
-        "--platform",
-        "manylinux_2_17_x86_64",
-        "--python-version",
-        "38",
-        "--progress-bar",
-        "off",
-        "--dest",
-        str(cache),
-        requirement,
-    ]
-    log(f"{wheel['file']}: pip download {requirement} (hundreds of MB) ...")
-    started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise GpuCodeError(f"pip download {requirement} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    if not path.is_file():
-        saved = re.findall(r"Saved (\S+)", done.stdout)
-        raise GpuCodeError(
-            f"pip download {requirement} did not produce {wheel['file']} (it saved: {saved or 'nothing'})"
-        )
-    got = sha256_file(path)
-    if got != wheel["sha256"]:
-        path.unlink()
-        raise GpuCodeError(
-            f"{wheel['file']}: sha256 {got} is not catalog/stacks.yml's {wheel['sha256']}; the file was deleted"
-        )
-    size = path.stat().st_size
-    log(f"{wheel['file']}: downloaded {megabytes(size)} in {time.monotonic() - started:.0f} s, sha256 as pinned")
-    return path
+    entry = {
+        "component": wheel["component"],
+        "file": wheel["file"],
+        "dest": wheel["file"],
+        "sha256": wheel["sha256"],
+        "index_url": index_url,
+        "package": wheel["package"],
+    }
+    result = tool.fill([entry], cache, offline=False, retries=2, delay=5.0, timeout=120.0)
+    if not result["ok"]:
+        raise GpuCodeError(tool.explain(result, False))
+    return cache / wheel["file"]
 
 
 def measure(wheel: dict[str, str], path: Path) -> dict[str, Any]:
@@ -193,8 +161,8 @@ def render(records: list[tuple[dict[str, str], dict[str, Any]]], date: str) -> s
         "# carry. For each shared library with CUDA fat binaries: the architectures of its SASS (cubins for sm_XY,",
         '# written "X.Y") and of its PTX (compute_XY, which the driver JIT-compiles for newer GPUs), from the',
         "# executable fatbin the CUDA runtime loads (.nv_fatbin, as cuobjdump lists it) and the fatbins a library",
-        "# keeps as data (TensorRT's). Each wheel was downloaded from PyPI (pip download --no-deps) and checked",
-        "# against catalog/stacks.yml's sha256, repeated here; component and version keys are the catalog's.",
+        "# keeps as data (TensorRT's). Each wheel was fetched from PyPI (roles/stack/files/artifact_cache.py) and",
+        "# checked against catalog/stacks.yml's sha256, repeated here; component and version keys are the catalog's.",
         f"gpu_code_format: {FORMAT}",
     ]
     component = None
@@ -263,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=OUTPUT, help=f"file to write or check (default {OUTPUT})")
     parser.add_argument("--cache", type=Path, default=CACHE, help=f"where the wheels are kept (default {CACHE})")
     parser.add_argument(
+        "--index-url",
+        default=os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple",
+        help="the PEP 503 index to fetch the wheels from (default: $PIP_INDEX_URL, else PyPI)",
+    )
+    parser.add_argument(
         "--date",
         type=valid_date,
         help="the measurement date to record (default: the one already in the file, else today, UTC)",
@@ -274,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         wheels = pinned_wheels(yaml.safe_load(CATALOG.read_text()))
         records = []
         for wheel in wheels:
-            records.append((wheel, measure(wheel, fetch(wheel, args.cache))))
+            records.append((wheel, measure(wheel, fetch(wheel, args.cache, args.index_url))))
         text = render(records, date)
     except (GpuCodeError, fatbin.FatbinError) as exc:
         print(f"gpu_code: {exc}", file=sys.stderr)

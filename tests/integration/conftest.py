@@ -196,3 +196,16 @@ def refuse_together(
         if not pending:
             break
     return refused
+
+
+def pci_tree_script(root: str, functions: list[tuple[str, str]]) -> str:
+    """A shell script that writes a substituted sysfs PCI bus under root: one function (device, class) per
+    slot 0000:10:00.0, 0000:11:00.0, ... (stack_sysfs_root points the preflight at it)."""
+    lines = ["set -e"]
+    for index, (device, klass) in enumerate(functions):
+        slot = f"{root}/bus/pci/devices/0000:{0x10 + index:02x}:00.0"
+        lines.append(
+            f"mkdir -p {slot} && echo 0x10de > {slot}/vendor && echo {device} > {slot}/device "
+            f"&& echo {klass} > {slot}/class"
+        )
+    return "\n".join(lines)

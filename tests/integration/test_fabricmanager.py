@@ -31,7 +31,7 @@ import pytest
 from testbed import fingerprint, sandbox
 from tests.conftest import unpinned_files
 
-from .conftest import Host, run_playbook
+from .conftest import Host, pci_tree_script, run_playbook
 
 # (device, class) of each PCI function of the boards, as sysfs writes them.
 HGX_H100 = [("0x2330", "0x030200")] * 8 + [("0x22a3", "0x068000")] * 4  # 8x H100 SXM5, 4 NVSwitches (gen 3)
@@ -47,17 +47,6 @@ UNCHANGED = fingerprint.script(marker="/msgpu-marker", prune=(*fingerprint.PRUNE
 FM_UNIT = "nvidia-fabricmanager.service"
 
 
-def _tree_script(root: str, functions: list[tuple[str, str]]) -> str:
-    lines = ["set -e"]
-    for index, (device, klass) in enumerate(functions):
-        slot = f"{root}/bus/pci/devices/0000:{0x10 + index:02x}:00.0"
-        lines.append(
-            f"mkdir -p {slot} && echo 0x10de > {slot}/vendor && echo {device} > {slot}/device "
-            f"&& echo {klass} > {slot}/class"
-        )
-    return "\n".join(lines)
-
-
 @pytest.fixture(scope="module")
 def host() -> Host:
     """A fresh focal host with both boards' trees (written before the fingerprints are taken)."""
@@ -67,7 +56,7 @@ def host() -> Host:
         host = Host(name)
         assert host.sh("touch /msgpu-marker").returncode == 0
         for board, functions in TREES.items():
-            made = host.sh(_tree_script(SYSFS.format(board), functions))
+            made = host.sh(pci_tree_script(SYSFS.format(board), functions))
             assert made.returncode == 0, made.stderr
         secure_boot = f"{SYSFS.format('a100')}/{SECURE_BOOT_VAR}"
         made = host.sh(f"mkdir -p $(dirname {secure_boot}) && printf '\\006\\000\\000\\000\\001' > {secure_boot}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import pinned_stand_ins, refuse_together, run_playbook
+from .conftest import pci_tree_script, pinned_stand_ins, refuse_together, run_playbook
 
 ROOT_FMT = "/tmp/msgpu-sysfs-cc-{}"
 # (device, class) of the GPUs of each machine, as sysfs writes them.
@@ -23,22 +23,10 @@ MACHINES = {
 }
 
 
-def _tree(machine: str) -> str:
-    root = ROOT_FMT.format(machine)
-    lines = ["set -e"]
-    for index, (device, klass) in enumerate(MACHINES[machine]):
-        slot = f"{root}/bus/pci/devices/0000:{0x10 + index:02x}:00.0"
-        lines.append(
-            f"mkdir -p {slot} && echo 0x10de > {slot}/vendor && echo {device} > {slot}/device && echo {klass} > "
-            f"{slot}/class"
-        )
-    return "\n".join(lines)
-
-
 @pytest.fixture(scope="module")
 def trees(focal_host):
     for machine in MACHINES:
-        made = focal_host.sh(_tree(machine))
+        made = focal_host.sh(pci_tree_script(ROOT_FMT.format(machine), MACHINES[machine]))
         assert made.returncode == 0, made.stderr
     yield focal_host
     focal_host.sh("rm -rf " + " ".join(ROOT_FMT.format(m) for m in MACHINES))

@@ -50,3 +50,23 @@ def stub_cuda(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
         built[key] = str(target)
     return built
+
+
+# The GPUs a stand-in NVML/libcuda reports (name:CC:MiB) and a stack's GPU code as the preflight publishes it
+# (stack_resolved.gpu_code), for the judge's and the doctor's compute-capability tests.
+H100 = "NVIDIA H100 80GB HBM3:9.0:81559"
+RTX4090 = "NVIDIA GeForce RTX 4090:8.9:24564"
+K80 = "Tesla K80:3.7:11441"
+# As the preflight publishes them: MindSpore 1.5.1's GPU library carries PTX 5.3 only; cuDNN 8.0.5's cited range.
+GPU_CODE = [
+    {
+        "name": "MindSpore",
+        "version": "1.5.1",
+        "code": {"libraries": {"mindspore/lib/libmindspore_gpu.so": {"sass": [], "ptx": ["5.3"]}}},
+    },
+    {
+        "name": "cuDNN",
+        "version": "8.0.5",
+        "code": {"min": "3.5", "max": "8.6", "above_max": "same_major", "source": "NVIDIA cuDNN 8.0.5 support matrix"},
+    },
+]

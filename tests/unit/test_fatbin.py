@@ -11,11 +11,14 @@ against catalog/stacks.yml first): read again, it must give catalog/gpu_code.yml
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import http.server
 import importlib.util
 import json
 import os
 import struct
+import threading
 import zipfile
 from pathlib import Path
 
@@ -380,22 +383,33 @@ def test_the_generator_renders_the_committed_shape_and_keeps_its_date(tmp_path):
     assert tool.check(output, text) == 0 and tool.check(output, text.replace("2026", "2027")) == 1
 
 
-def test_the_generator_refuses_a_wheel_whose_sha256_is_not_the_pin(tmp_path, monkeypatch):
-    """A cached copy with another sha256 is deleted and downloaded again; a download with another sha256 is
-    deleted and refused."""
+def test_the_generator_refuses_a_wheel_whose_sha256_is_not_the_pin(tmp_path):
+    """The wheels come through the controller's artifact cache from a PEP 503 index (here one on loopback): a
+    download with another sha256 is refused and not kept; a cached copy with another one is fetched again; a
+    verified cached copy is not fetched at all."""
     tool = load_tool()
-    wheel = {"package": "p", "pip_version": "1", "file": "p-1-py3-none-any.whl", "sha256": "0" * 64}
-    (tmp_path / wheel["file"]).write_bytes(b"stale")
-
-    def fake_pip(command, **kwargs):
-        (tmp_path / wheel["file"]).write_bytes(b"tampered")
-        return type("Done", (), {"returncode": 0, "stdout": "", "stderr": ""})()
-
-    monkeypatch.setattr(tool.subprocess, "run", fake_pip)
-    with pytest.raises(tool.GpuCodeError, match=r"is not catalog/stacks\.yml's"):
-        tool.fetch(wheel, tmp_path)
-    assert not (tmp_path / wheel["file"]).exists()
-    good = dict(wheel, sha256=hashlib.sha256(b"tampered").hexdigest())
-    assert tool.fetch(good, tmp_path).read_bytes() == b"tampered"  # downloaded, then verified
-    monkeypatch.setattr(tool.subprocess, "run", lambda *a, **k: pytest.fail("a verified cached wheel is downloaded"))
-    assert tool.fetch(good, tmp_path).name == wheel["file"]
+    index = tmp_path / "index"
+    (index / "p").mkdir(parents=True)
+    name = "p-1-py3-none-any.whl"
+    (index / "p" / name).write_bytes(b"tampered")
+    (index / "p" / "index.html").write_text(f'<a href="{name}">{name}</a>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(index))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        cache = tmp_path / "cache"
+        wheel = {"component": "nccl", "package": "p", "file": name, "sha256": "0" * 64}
+        with pytest.raises(tool.GpuCodeError, match=name):
+            tool.fetch(wheel, cache, url)
+        assert not (cache / name).exists()
+        good = dict(wheel, sha256=hashlib.sha256(b"tampered").hexdigest())
+        (cache / name).write_bytes(b"stale")
+        assert tool.fetch(good, cache, url).read_bytes() == b"tampered"  # fetched again, then verified
+        (index / "p" / name).unlink()  # from now on, a fetch would fail
+        assert tool.fetch(good, cache, url).name == name
+    finally:
+        server.shutdown()
+        server.server_close()

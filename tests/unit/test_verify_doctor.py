@@ -169,18 +169,20 @@ def role_dropin_path() -> str:
     )
 
 
-def minimal_elf(rpath: str, needed: List[str]) -> bytes:
-    """A 64-bit ELF with one PT_LOAD and a PT_DYNAMIC holding DT_NEEDED, DT_RPATH and DT_STRTAB."""
-    strtab = b"\0"
-    offsets: Dict[str, int] = {}
-    for text in [rpath, *needed]:
+def elf(needed: List[str], rpath: Optional[str] = None, runpath: Optional[str] = None) -> bytes:
+    """A 64-bit ELF with a PT_DYNAMIC of DT_NEEDED entries and an optional DT_RPATH / DT_RUNPATH."""
+    strtab, offsets = b"\0", {}
+    for text in [t for t in (rpath, runpath) if t] + needed:
         offsets[text] = len(strtab)
         strtab += text.encode() + b"\0"
     header_size, ph_size = 64, 56
     strtab_off = header_size + 2 * ph_size
-    dyn_entries = [(1, offsets[n]) for n in needed] + [(15, offsets[rpath]), (5, strtab_off), (0, 0)]
+    entries = [(1, offsets[n]) for n in needed]
+    entries += [(15, offsets[rpath])] if rpath else []
+    entries += [(29, offsets[runpath])] if runpath else []
+    entries += [(5, strtab_off), (10, len(strtab)), (0, 0)]
     dyn_off = strtab_off + len(strtab)
-    dynamic = b"".join(struct.pack("<qQ", t, v) for t, v in dyn_entries)
+    dynamic = b"".join(struct.pack("<qQ", t, v) for t, v in entries)
     total = dyn_off + len(dynamic)
     ident = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
     header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, header_size, 0, 0, 64, ph_size, 2, 0, 0, 0)
@@ -239,7 +241,7 @@ class Tree:
         write(r / SITE.lstrip("/") / "mindspore/lib/libmindspore_gvar.so", data=b"\x7fELF")
         needed = ["libcudart.so.11.0", "libcudnn.so.8", "libcurand.so.10", "libmindspore_gvar.so", "libc.so.6"]
         library(r, "/lib/x86_64-linux-gnu", "libc.so.6", "libc-2.31.so")
-        ext = minimal_elf("$ORIGIN/lib::/usr/local/cuda-11.1/lib64", needed)
+        ext = elf(needed, rpath="$ORIGIN/lib::/usr/local/cuda-11.1/lib64")
         write(r / SITE.lstrip("/") / "mindspore/_c_expression.cpython-38-x86_64-linux-gnu.so", data=ext)
         for name, version in (("mindspore_gpu", "1.5.1"), ("numpy", "1.21.6"), ("Pillow", "9.5.0")):
             self.dist(name, version)
@@ -570,7 +572,7 @@ def test_mpi_ranks_on_their_own_gpus_are_fine(tree: Tree) -> None:
 
 
 def test_elf_reader_reads_rpath_and_needed(tmp_path: Path) -> None:
-    path = write(tmp_path / "x.so", data=minimal_elf("/a:/b", ["libfoo.so.1"]))
+    path = write(tmp_path / "x.so", data=elf(["libfoo.so.1"], rpath="/a:/b"))
     assert doctor.elf_dynamic(path) == {"needed": ["libfoo.so.1"], "rpath": ["/a:/b"], "runpath": []}
     assert doctor.elf_dynamic(write(tmp_path / "text", "not an elf")) == {}
 
@@ -1070,21 +1072,7 @@ def test_doctor_py_as_a_file_runs_the_probe_from_the_files_beside_it(tree: Tree,
 # rule compute: compute.py's rule (through judge.check_gpu_code) on the compute capability the GPU probe reads,
 # against expect["gpu_code"] (stack_resolved.gpu_code, which roles/verify tasks/doctor.yml passes).
 
-H100 = "NVIDIA H100 80GB HBM3:9.0:81559"
-RTX4090 = "NVIDIA GeForce RTX 4090:8.9:24564"
-K80 = "Tesla K80:3.7:11441"
-GPU_CODE = [
-    {
-        "name": "MindSpore",
-        "version": "1.5.1",
-        "code": {"libraries": {"mindspore/lib/libmindspore_gpu.so": {"sass": [], "ptx": ["5.3"]}}},
-    },
-    {
-        "name": "cuDNN",
-        "version": "8.0.5",
-        "code": {"min": "3.5", "max": "8.6", "above_max": "same_major", "source": "NVIDIA cuDNN 8.0.5 support matrix"},
-    },
-]
+from tests.unit.conftest import GPU_CODE, H100, K80, RTX4090  # noqa: E402
 
 
 def test_a_gpu_the_stack_cannot_run_on_is_an_error(tree: Tree, gpus) -> None:
@@ -1191,28 +1179,6 @@ def test_doctor_py_as_a_file_runs_the_gpu_code_rule_from_compute_py_beside_it(
 # lib/plugin/gpu<CUDA>/{libnvidia_collective.so (RPATH $ORIGIN), libnccl.so.2} per CUDA it was built for.
 
 MS_LIB = SITE + "/mindspore/lib"
-
-
-def elf(needed: List[str], rpath: Optional[str] = None, runpath: Optional[str] = None) -> bytes:
-    """A 64-bit ELF with a PT_DYNAMIC of DT_NEEDED entries and an optional DT_RPATH / DT_RUNPATH."""
-    strtab, offsets = b"\0", {}
-    for text in [t for t in (rpath, runpath) if t] + needed:
-        offsets[text] = len(strtab)
-        strtab += text.encode() + b"\0"
-    header_size, ph_size = 64, 56
-    strtab_off = header_size + 2 * ph_size
-    entries = [(1, offsets[n]) for n in needed]
-    entries += [(15, offsets[rpath])] if rpath else []
-    entries += [(29, offsets[runpath])] if runpath else []
-    entries += [(5, strtab_off), (10, len(strtab)), (0, 0)]
-    dyn_off = strtab_off + len(strtab)
-    dynamic = b"".join(struct.pack("<qQ", t, v) for t, v in entries)
-    total = dyn_off + len(dynamic)
-    ident = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
-    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, header_size, 0, 0, 64, ph_size, 2, 0, 0, 0)
-    load = struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, total, total, 0x1000)
-    dyn = struct.pack("<IIQQQQQQ", 2, 6, dyn_off, dyn_off, dyn_off, len(dynamic), len(dynamic), 8)
-    return header + load + dyn + strtab + dynamic
 
 
 def nccl_blob(version: str) -> bytes:

@@ -436,22 +436,7 @@ def test_driver_probe_words():
 # From the libraries' own words (the fakes print them in MindSpore's formats), and from compute.py's rule on the
 # compute capability the driver probe reads (--gpu-code: the stack's components, stack_resolved.gpu_code).
 
-H100 = "NVIDIA H100 80GB HBM3:9.0:81559"
-RTX4090 = "NVIDIA GeForce RTX 4090:8.9:24564"
-K80 = "Tesla K80:3.7:11441"
-# As the preflight publishes them: MindSpore 1.5.1's GPU library carries PTX 5.3 only; cuDNN 8.0.5's cited range.
-GPU_CODE = [
-    {
-        "name": "MindSpore",
-        "version": "1.5.1",
-        "code": {"libraries": {"mindspore/lib/libmindspore_gpu.so": {"sass": [], "ptx": ["5.3"]}}},
-    },
-    {
-        "name": "cuDNN",
-        "version": "8.0.5",
-        "code": {"min": "3.5", "max": "8.6", "above_max": "same_major", "source": "NVIDIA cuDNN 8.0.5 support matrix"},
-    },
-]
+from tests.unit.conftest import GPU_CODE, H100, K80, RTX4090  # noqa: E402
 
 
 def test_gpu_unsupported_from_cudas_no_kernel_image():
