@@ -1738,6 +1738,17 @@ def nccl_search(host: Host, user: Path, extension: Optional[Path], ld_library_pa
     return hits
 
 
+def nccl_release(code: str) -> str:
+    """NCCL_VERSION_CODE as a release: 21403 -> 2.14.3 (major*10000 + minor*100 + patch since 2.9), 2804 -> 2.8.4
+    (major*1000 + minor*100 + patch before); '' for anything else."""
+    if not code.isdigit():
+        return ""
+    value = int(code)
+    if value >= 10000:
+        return f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
+    return f"{value // 1000}.{value % 1000 // 100}.{value % 100}" if value >= 1000 else ""
+
+
 def rule_nccl(host: Host, env: Dict[str, str]) -> List[Finding]:
     """Which libnccl.so.2 MindSpore's NCCL user would load, and whether a copy the wheel bundles (1.10:
     mindspore/lib/libnccl.so.2, 2.x: mindspore/lib/plugin/gpu<CUDA>/libnccl.so.2, found first through the
@@ -1762,6 +1773,12 @@ def rule_nccl(host: Host, env: Dict[str, str]) -> List[Finding]:
     for wheel in sorted(glob.glob(str(host.path(venv)) + "/lib/python*/site-packages/nvidia/nccl/lib/" + NCCL_SONAME)):
         stack_hits.append(("the venv's nvidia-nccl wheel (on no search path)", host.shown(Path(wheel))))
     expected = str((host.expect.get("nccl") or {}).get("version") or "")
+    catalog_release = expected
+    # The release a site says its NCCL reports (nccl_expected_version, NCCL_VERSION_CODE, as the cuda_library role
+    # checks it): where it is set, it is the version to compare with (the test bed's NCCL fixture is 2.14.3).
+    site_code = str((host.expect.get("nccl") or {}).get("expected_version") or "")
+    if nccl_release(site_code):
+        expected = nccl_release(site_code)
 
     def real(path: str) -> str:
         return os.path.realpath(str(host.path(path)))
@@ -1802,8 +1819,10 @@ def rule_nccl(host: Host, env: Dict[str, str]) -> List[Finding]:
             f"the stack's NCCL{' ' + expected if expected else ''}: no {NCCL_SONAME} on LD_LIBRARY_PATH, in "
             "ld.so.cache or the default folders"
         )
-    if expected:
-        evidence.append(f"catalog: nccl {expected} ({(host.expect.get('nccl') or {}).get('method') or '?'})")
+    if catalog_release:
+        method = (host.expect.get("nccl") or {}).get("method") or "?"
+        site = f"; nccl_expected_version {site_code}: release {expected}" if expected != catalog_release else ""
+        evidence.append(f"catalog: nccl {catalog_release} ({method}){site}")
     shadows = stack_path is not None and real(stack_path) != real(path)
     versions = {v for v in (loaded_version, stack_version or (expected if not stack_path else None)) if v}
     differ = len(versions) > 1 or bool(loaded_version and expected and loaded_version != expected)
@@ -1832,7 +1851,7 @@ def rule_nccl(host: Host, env: Dict[str, str]) -> List[Finding]:
     if bundled:
         note = "the wheel's own copy; the stack's NCCL is not where the linker looks"
     else:
-        note = "the stack's NCCL" + (f", release {loaded_version}, not the catalog's {expected}" if differ else "")
+        note = "the stack's NCCL" + (f", release {loaded_version}, not the expected {expected}" if differ else "")
     return [
         Finding(
             "nccl-loaded",
