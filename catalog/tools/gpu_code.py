@@ -1,6 +1,7 @@
 """Write catalog/gpu_code.yml: which GPU architectures the catalog's pinned wheels really carry code for.
 
-For each wheel in WHEELS (MindSpore's GPU wheels, NVIDIA's NCCL, cuDNN and TensorRT wheels), the file the
+For each wheel the catalog pins on PyPI (WHEEL_PINS: MindSpore's GPU wheels, NVIDIA's NCCL, cuDNN and TensorRT
+wheels), the file the
 catalog pins is fetched from the pip index once into .cache/gpu_code/ by the controller's artifact cache code
 (roles/stack/files/artifact_cache.py; hundreds of MB each, about 3 GB in all), checked against
 catalog/stacks.yml's sha256 (a download with another one is never kept), and every
@@ -45,14 +46,13 @@ CACHE = ROOT / ".cache" / "gpu_code"
 COMMAND = "python catalog/tools/gpu_code.py"
 READER = "verify/msgpu_verify/fatbin.py"
 FORMAT = 1
-# (component, the catalog's version key, where the wheel's pin sits under catalog[component][version]).
-WHEELS = (
-    ("mindspore", "1.5.1", ("wheels", "cp38")),
-    ("mindspore", "1.10.0", ("wheels", "cp38")),
-    ("mindspore", "2.0.0", ("wheels", "cp38")),
-    ("nccl", "2.14.3", ("wheel",)),
-    ("cudnn", "8.5.0", ("wheel",)),
-    ("tensorrt", "8.4.1.5", ("wheel", "files", "cp38")),
+# Where a component's pinned wheel for the hosts' Python (cp38, Ubuntu 20.04) sits under catalog[component][version]:
+# every catalog version with a PyPI wheel pinned there is measured (the versions live in the catalog only).
+WHEEL_PINS = (
+    ("mindspore", ("wheels", "cp38")),
+    ("nccl", ("wheel",)),
+    ("cudnn", ("wheel",)),
+    ("tensorrt", ("wheel", "files", "cp38")),
 )
 MEASURED_RE = re.compile(r'^\s*measured: ".*, (\d{4}-\d{2}-\d{2})"\s*$', re.MULTILINE)
 LINE_MAX = 120
@@ -67,29 +67,30 @@ def log(message: str) -> None:
 
 
 def pinned_wheels(catalog: dict[str, Any]) -> list[dict[str, str]]:
-    """Each wheel of WHEELS as the catalog pins it: component, version key, package, pip version, file, sha256."""
+    """Every wheel of WHEEL_PINS that the catalog pins on PyPI: component, version key, package, pip version, file,
+    sha256 (a vendor's wheel without a public sha256, or a version without a wheel, is not measured)."""
     found = []
-    for component, version, where in WHEELS:
-        entry = (catalog.get(component) or {}).get(version)
-        if not entry:
-            raise GpuCodeError(f"catalog/stacks.yml has no {component} {version!r}")
-        spec = entry
-        for key in where:
-            spec = (spec or {}).get(key)
-        if not spec or not spec.get("file") or not spec.get("sha256"):
-            raise GpuCodeError(f"catalog/stacks.yml: {component}.{version}.{'.'.join(where)} pins no file and sha256")
-        # MindSpore: `package` beside `wheels`, the version is the key; NVIDIA's: `package` and `version` in `wheel`.
-        holder = entry if component == "mindspore" else entry["wheel"]
-        found.append(
-            {
-                "component": component,
-                "version": version,
-                "package": str(holder["package"]),
-                "pip_version": str(holder.get("version", version)),
-                "file": str(spec["file"]),
-                "sha256": str(spec["sha256"]),
-            }
-        )
+    for component, where in WHEEL_PINS:
+        for version, entry in (catalog.get(component) or {}).items():
+            spec = entry
+            for key in where:
+                spec = (spec or {}).get(key)
+            if not spec or not spec.get("sha256") or (entry.get("wheels") and spec.get("source") != "pypi"):
+                continue
+            # MindSpore: `package` beside `wheels`, the version is the key; NVIDIA's: `package`, `version` in `wheel`.
+            holder = entry if component == "mindspore" else entry["wheel"]
+            found.append(
+                {
+                    "component": component,
+                    "version": str(version),
+                    "package": str(holder["package"]),
+                    "pip_version": str(holder.get("version", version)),
+                    "file": str(spec["file"]),
+                    "sha256": str(spec["sha256"]),
+                }
+            )
+    if not found:
+        raise GpuCodeError("catalog/stacks.yml pins no wheel on PyPI to measure")
     return found
 
 

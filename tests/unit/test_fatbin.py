@@ -288,14 +288,6 @@ def test_the_command_line_prints_json(tmp_path, capsys):
 # --- (b) a real pinned wheel ----------------------------------------------------------------------------------
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as data:
-        for block in iter(lambda: data.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cached_wheel(name: str) -> list[Path]:
     """Where the test bed's caches keep a pinned wheel (MSGPU_CACHE: the unit stages run in a copy of the tree,
     the cache stays the checkout's): the controller's artifact cache, which every molecule scenario that
@@ -306,7 +298,7 @@ def cached_wheel(name: str) -> list[Path]:
 
 
 @pytest.mark.prepared
-def test_the_real_mindspore_1_5_1_wheel_gives_the_recorded_gpu_code():
+def test_the_real_mindspore_1_5_1_wheel_gives_the_recorded_gpu_code(stack_catalog):
     catalog = yaml.safe_load(CATALOG.read_text())
     pin = catalog["mindspore"]["1.5.1"]["wheels"]["cp38"]
     places = cached_wheel(pin["file"])
@@ -317,7 +309,7 @@ def test_the_real_mindspore_1_5_1_wheel_gives_the_recorded_gpu_code():
             "or a molecule default run puts it there)"
         )
     wheel = found[0]
-    assert sha256_file(wheel) == pin["sha256"], f"{wheel}: not the wheel catalog/stacks.yml pins"
+    assert stack_catalog.file_sha256(str(wheel)) == pin["sha256"], f"{wheel}: not the wheel catalog/stacks.yml pins"
     record = yaml.safe_load(GPU_CODE.read_text())["mindspore"]["1.5.1"]
     assert record["wheel"] == wheel.name
     read = dict(fatbin.wheel_libraries(wheel))
