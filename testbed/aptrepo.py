@@ -204,7 +204,7 @@ def plan(catalog: dict[str, Any]) -> list[Deb]:
     for component in ("cudnn", "nccl"):
         for version, entry in catalog.get(component, {}).items():
             specs = [split_package(p) for p in entry.get("cuda_repo", {}).get("packages", [])]
-            wheel = fixtures._wheel_for(catalog, component, str(version).split(".")[0])
+            wheel = fixtures._wheel_for(catalog, component, str(version))
             runtime = [n for n, _ in specs if not n.endswith("-dev")]
             for name, deb_version in specs:
                 dev = name.endswith("-dev")

@@ -470,16 +470,21 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.replace("-", ".").split(".") if part.isdigit())
 
 
-def _wheel_for(catalog: dict[str, Any], component: str, major: str) -> Wheel:
-    """The newest wheel the catalog pins for `component` with the same major version."""
-    candidates = [
+def _wheel_for(catalog: dict[str, Any], component: str, version: str) -> Wheel:
+    """The wheel a fixture of `component` `version` is built from: of the wheels the catalog pins for the same
+    major version, the oldest at or above `version` (its own where it has one; cuDNN 8.0.5's tarball gets 8.5.0's
+    binaries, not 8.9.6's), else the newest below it."""
+    key = _version_key(version)
+    candidates = sorted(
         (_version_key(v), entry["wheel"])
         for v, entry in catalog.get(component, {}).items()
-        if entry.get("wheel") and str(v).split(".")[0] == major
-    ]
+        if entry.get("wheel") and str(v).split(".")[0] == version.split(".")[0]
+    )
     if not candidates:
-        raise FixtureError(f"catalog/stacks.yml has no {component} wheel with major version {major} to build from")
-    spec = max(candidates, key=lambda c: c[0])[1]
+        raise FixtureError(
+            f"catalog/stacks.yml has no {component} wheel with major version {version.split('.')[0]} to build from"
+        )
+    spec = next((w for k, w in candidates if k >= key), candidates[-1][1])
     return Wheel(spec["package"], str(spec["version"]), spec["file"], spec["sha256"])
 
 
@@ -526,7 +531,7 @@ def plan(catalog: dict[str, Any]) -> list[Fixture]:
         for version, entry in catalog.get(component, {}).items():
             art = entry.get("tarball")
             if art:
-                wheel = _wheel_for(catalog, component, str(version).split(".")[0])
+                wheel = _wheel_for(catalog, component, str(version))
                 fixtures.append(
                     Fixture(
                         f"{component}_tarball",

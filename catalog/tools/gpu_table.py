@@ -23,7 +23,14 @@ ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "docs" / "gpus.md"
 # GPUs named in the table besides one row per CC: the seed's and the ones users ask about.
 NAMED = ["102d", "1eb8", "1db4", "20b0", "2204", "2684", "26b9", "2330"]
-MARK = {"native": "yes", "outside": "yes, untuned", "jit": "JIT only", "unknown": "?", "none": "**no**"}
+MARK = {
+    "native": "yes",
+    "outside": "yes, untuned",
+    "jit": "JIT only",
+    "single": "one GPU per host",
+    "unknown": "?",
+    "none": "**no**",
+}
 
 
 def _load(name: str, path: Path) -> Any:
@@ -43,14 +50,30 @@ def load() -> tuple[dict, dict, Any, Any]:
     return catalog, gpu_ids, resolver, compute
 
 
-def cell(compute: Any, components: list, cc: Any) -> str:
-    verdict = compute.judge(components, cc)
-    mark = MARK[verdict["outcome"]]
-    if verdict["outcome"] == "native":
-        return mark
-    worst = [why for outcome, why in verdict["problems"] if outcome == verdict["outcome"]]
-    names = sorted({" ".join(why.split()[:2]) for why in worst})
-    return f"{mark} ({', '.join(names)})"
+def cell(compute: Any, components: list, cc: Any, refused: str = "") -> str:
+    """One stack on one GPU of a host with one such GPU: the verdict of each component, worst first. Where a
+    component cannot run at all, only those components; otherwise every outcome other than native."""
+    if refused:
+        return f"not offered ({refused})"
+    groups: dict[str, list[str]] = {}
+    for component in components:
+        outcome = compute.judge([component], cc, 1)["outcome"]
+        if outcome != compute.NATIVE:
+            groups.setdefault(outcome, []).append(f"{component['name']} {component['version']}")
+    if not groups:
+        return MARK[compute.NATIVE]
+    shown = [compute.NONE] if compute.NONE in groups else sorted(groups, key=lambda o: -compute.ORDER[o])
+    return "; ".join(f"{MARK[o]} ({', '.join(sorted(groups[o]))})" for o in shown)
+
+
+def refusal(resolver: Any, catalog: dict, name: str) -> str:
+    """Why the resolver refuses the stack's TensorRT with its CUDA ('' when it does not; a missing checksum, which
+    the user can give, is not a refusal)."""
+    errors = resolver.resolve_stack(catalog, {"name": name, "tensorrt_enabled": True})["errors"]
+    if any(e.startswith("stack_tensorrt_version:") for e in errors):
+        stack = catalog["stacks"][name]
+        return f"TensorRT {stack['tensorrt']} does not support CUDA {stack['cuda']}"
+    return ""
 
 
 def render() -> str:
@@ -60,7 +83,12 @@ def render() -> str:
     for name in stacks:
         plain = resolver.resolve_stack(catalog, {"name": name})["stack"]
         trt = resolver.resolve_stack(catalog, {"name": name, "tensorrt_enabled": True})["stack"]
-        resolved[name] = (plain["gpu_code"], trt.get("gpu_code", plain["gpu_code"]), plain)
+        resolved[name] = (
+            plain["gpu_code"],
+            trt.get("gpu_code", plain["gpu_code"]),
+            plain,
+            refusal(resolver, catalog, name),
+        )
     compute_ids = gpu_ids.get("compute", {})
     names = gpu_ids.get("names", {})
     by_cc: dict[str, list[str]] = {}
@@ -79,9 +107,12 @@ def render() -> str:
         "Each cell is the preflight's rule (verify/msgpu_verify/compute.py) for the stack with its default",
         "settings: **yes** (every library has a cubin for the GPU's architecture), **yes, untuned** (it runs on",
         "cubins of the same major, but the GPU is newer than the vendor's support matrix), **JIT only** (only PTX",
-        "that the driver compiles at the first start), **no** (nothing of that component runs there: the",
-        "preflight refuses the stack). In brackets, the component that decides. A second line per stack",
-        "(`+ TensorRT`) is the same with `stack_tensorrt_enabled: true` (or Serving, which needs TensorRT).",
+        "that the driver compiles at the first start), **one GPU per host** (NCCL has no code for it: training",
+        "on a host with one such GPU runs, multi-GPU and multi-host training cannot, and the preflight refuses",
+        "a host with several), **no** (nothing of that component runs there: the preflight refuses the stack).",
+        "In brackets, the components that decide. A second line per stack (`+ TensorRT`) is the same with",
+        "`stack_tensorrt_enabled: true` (or Serving, which needs TensorRT); **not offered** where the resolver",
+        "refuses TensorRT for the stack.",
         "A driver branch must also drive the GPU ([drivers.md](drivers.md)); `stack_name: auto` takes both into",
         "account per host.",
         "",
@@ -100,7 +131,7 @@ def render() -> str:
 
     def rows(label: str, cc: str) -> list[str]:
         plain = " | ".join(cell(compute, resolved[n][0], cc) for n in stacks)
-        trt = " | ".join(cell(compute, resolved[n][1], cc) for n in stacks)
+        trt = " | ".join(cell(compute, resolved[n][1], cc, resolved[n][3]) for n in stacks)
         return [f"| {label} | {cc} | {plain} |", f"| + TensorRT | {cc} | {trt} |"]
 
     def key(cc: str) -> tuple[int, int]:

@@ -13,6 +13,7 @@ ROOT_FMT = "/tmp/msgpu-sysfs-cc-{}"
 # (device, class) of the GPUs of each machine, as sysfs writes them.
 MACHINES = {
     "h100": [("0x2330", "0x030200")],
+    "h100x2": [("0x2330", "0x030200")] * 2,
     "rtx4090": [("0x2684", "0x030000")],
     "l40s": [("0x26b9", "0x030200")],
     "k80": [("0x102d", "0x030200")],
@@ -43,10 +44,18 @@ REFUSED = {
             "h100-default: stack ms1.5-cuda11.1 cannot run on GPU 10de:2330",
             "CC 9.0",
             "cuDNN 8.0.5 has code up to CC 8.6 and is not hardware forward compatible",
-            "no catalog stack runs on this GPU",
+            'allowed: a stack whose code runs here: stack_name "ms2.2-cuda11.8"',
         ],
     ),
-    "h100-auto": (on("h100", stack_name="auto"), ["stack_name: auto found no catalog stack that runs on every GPU"]),
+    # Two H100s: NCCL (no sm_90 in any CUDA 11 build) is loaded by multi-GPU training, so no stack runs.
+    "h100x2-auto": (
+        on("h100x2", stack_name="auto"),
+        [
+            "stack_name: auto found no catalog stack that runs on every GPU of h100x2-auto",
+            "ms2.2-cuda11.8: 10de:2330",
+            "multi-GPU training on this host's 2 GPUs loads it",
+        ],
+    ),
     "k80-default": (
         on("k80"),
         ["k80-default: stack ms1.5-cuda11.1 cannot run on GPU 10de:102d", "CC 3.7", "MindSpore 1.5.1 has in"],
@@ -72,6 +81,8 @@ PASSED = {
     "t4-auto": on("t4", stack_name="auto"),
     "cuda116-auto": on("a100", stack_name="auto", stack_cuda_version="11.6"),
     "mixed-auto": on("mixed", stack_name="auto", stack_driver_branch="auto"),
+    # One H100: the CUDA 11.8 stack (not verified on a GPU), single-GPU only.
+    "h100-auto": on("h100", stack_name="auto"),
 }
 
 
@@ -113,11 +124,17 @@ def test_every_passing_case_passes_and_says_what_it_chose(runs):
     # The other settings decide too: CUDA 11.6 is only ms2.2's.
     assert 'stack_name: auto chose "ms2.2-cuda11.6" for cuda116-auto' in output
     assert 'stack_name: auto chose "ms2.0-cuda11.1" for mixed-auto' in output
+    assert 'stack_name: auto chose "ms2.2-cuda11.8" for h100-auto' in output
+    assert 'h100-auto: stack "ms2.2-cuda11.8" is not verified on a GPU (verified_on_gpu: false' in output
+    assert "training on this host's one GPU runs, multi-GPU and multi-host (mpirun) training cannot" in output
+    # On Ada, auto keeps the verified stack and names the one built for the GPU.
+    assert "'ms2.2-cuda11.8' (not verified on a GPU) carries code built for these GPUs" in output
     assert "rtx4090-untuned: GPU 10de:2684 (NVIDIA GeForce RTX 4090, CC 8.9)" in output
     assert "cuDNN 8.0.5 is built up to CC 8.6: runs on 8.9 untuned" in output
     # A mixed fleet in one run: each host shows the stack resolved for it.
     assert "ms2.0-cuda11.1: mindspore 2.0.0 (cp38)" in output
     assert "ms2.2-cuda11.6: mindspore 2.2.14 (cp38)" in output
+    assert "ms2.2-cuda11.8: mindspore 2.2.14 (cp38)" in output
     assert "ms1.5-cuda11.1: mindspore-gpu 1.5.1 (cp38)" in output
 
 

@@ -280,3 +280,49 @@ def test_the_probe_ptx_target_is_the_probes_own():
     from msgpu_verify import gpu_probe
 
     assert f".target sm_{compute.PROBE_PTX.replace('.', '')}".encode() in gpu_probe.PTX
+
+
+# --- NCCL: loaded by multi-GPU training only -------------------------------------------------------------------
+
+NCCL_2143 = {
+    "name": "NCCL",
+    "version": "2.14.3",
+    "code": {"libraries": {"nvidia/nccl/lib/libnccl.so.2": {"sass": ["3.5", "7.0", "8.0"], "ptx": []}}},
+    "multi_gpu_only": True,
+}
+
+
+def test_a_multi_gpu_only_component_that_cannot_run_is_single_on_a_one_gpu_host():
+    assert compute.judge([NCCL_2143], "9.0")["outcome"] == compute.NONE  # host size not known: no exception
+    verdict = compute.judge([NCCL_2143], "9.0", gpu_count=1)
+    assert verdict["outcome"] == compute.SINGLE
+    ((_outcome, why),) = verdict["problems"]
+    assert why.startswith("NCCL 2.14.3 has in libnccl.so.2 no code that runs on CC 9.0")
+    assert why.endswith(
+        ": training on this host's one GPU runs, multi-GPU and multi-host (mpirun) training cannot; a host with "
+        "several such GPUs is refused"
+    )
+    verdict = compute.judge([NCCL_2143], "9.0", gpu_count=4)
+    assert verdict["outcome"] == compute.NONE
+    assert verdict["problems"][0][1].endswith(
+        "(multi-GPU training on this host's 4 GPUs loads it; a host with one such GPU would run)"
+    )
+    # The flag only matters where the component cannot run: on Ada, NCCL's sm_80 cubin runs.
+    assert compute.judge([NCCL_2143], "8.9", gpu_count=4)["outcome"] == compute.NATIVE
+    # Without the flag the same code on one GPU is still an error.
+    plain = {k: v for k, v in NCCL_2143.items() if k != "multi_gpu_only"}
+    assert compute.judge([plain], "9.0", gpu_count=1)["outcome"] == compute.NONE
+
+
+def test_check_one_hopper_gpu_with_nccl_is_a_warning_several_an_error():
+    result = compute.check([NCCL_2143], [H100], host="gpu3", stack="ms2.2-cuda11.8")
+    assert result["runs"] is True and result["errors"] == []
+    (warning,) = result["warnings"]
+    assert warning.startswith("gpu3: GPU 10de:2330 (NVIDIA H100 80GB HBM3, CC 9.0) at 0000:17:00.0: NCCL 2.14.3 ")
+    assert warning.endswith("a host with several such GPUs is refused.")
+    result = compute.check([NCCL_2143], [H100, dict(H100, slot="0000:2a:00.0")], host="gpu3", stack="s")
+    assert result["runs"] is False and result["warnings"] == []
+    assert "at 0000:17:00.0, 0000:2a:00.0: NCCL 2.14.3 has in libnccl.so.2 no code" in result["errors"][0]
+    # Another GPU beside one H100 also makes it a multi-GPU host.
+    result = compute.check([NCCL_2143], [H100, RTX3090], host="gpu3", stack="s")
+    assert result["runs"] is False and "this host's 2 GPUs loads it" in result["errors"][0]

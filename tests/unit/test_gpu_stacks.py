@@ -15,6 +15,7 @@ from tests.unit.test_gpu_support import HOST_BRIDGE, gpu, scan
 
 MACHINES = {
     "h100": [HOST_BRIDGE, *gpu(0x19, "0x2330", "0x030200")],
+    "h100x8": [HOST_BRIDGE, *(f for bus in range(0x19, 0x21) for f in gpu(bus, "0x2330", "0x030200"))],
     "rtx4090": [HOST_BRIDGE, *gpu(0x01, "0x2684")],
     "l40s": [HOST_BRIDGE, *gpu(0x01, "0x26b9", "0x030200")],
     "k80": [HOST_BRIDGE, *gpu(0x04, "0x102d", "0x030200")],
@@ -58,7 +59,11 @@ def test_every_catalog_stack_has_code_data_for_each_component(data, stack_catalo
     for name in catalog["stacks"]:
         stack = stack_catalog.resolve_stack(catalog, {"name": name, "tensorrt_enabled": True})["stack"]
         names = [c["name"] for c in stack["gpu_code"]]
-        assert names == ["MindSpore", "CUDA", "cuDNN", "NCCL", "TensorRT"], name
+        # The NCCL a MindSpore wheel bundles (measured in 1.10.0 and 2.0.0) is a component of its own: like the
+        # catalog's NCCL, only multi-GPU training loads it.
+        bundled = ["NCCL bundled with MindSpore"] if catalog["stacks"][name]["mindspore"] in ("1.10.0", "2.0.0") else []
+        assert names == ["MindSpore", *bundled, "CUDA", "cuDNN", "NCCL", "TensorRT"], name
+        assert [c["name"] for c in stack["gpu_code"] if c.get("multi_gpu_only")] == [*bundled, "NCCL"], name
         for component in stack["gpu_code"]:
             code = component["code"]
             assert code.get("libraries") or code.get("max") or code.get("sass"), (name, component)
@@ -74,12 +79,45 @@ def test_a100_runs_the_default_stack(run):
     assert run("a100")["errors"] == []
 
 
-def test_h100_is_refused_with_the_component_and_no_stack_to_offer(run):
+def test_h100_is_refused_with_the_component_and_the_one_stack_that_runs_on_one_gpu(run):
     (error,) = run("h100")["errors"]
     assert error.startswith("gpu01: stack ms1.5-cuda11.1 cannot run on GPU 10de:2330 (NVIDIA H100 80GB HBM3, CC 9.0)")
     assert "cuDNN 8.0.5 has code up to CC 8.6 and is not hardware forward compatible" in error
+    assert error.endswith('allowed: a stack whose code runs here: stack_name "ms2.2-cuda11.8" (or "auto").')
+    # Eight of them: NCCL (no sm_90 in any CUDA 11 build) is loaded by multi-GPU training: nothing runs.
+    (error,) = run("h100x8")["errors"]
     assert "allowed: none: no catalog stack runs on this GPU" in error
     assert "ms2.2-cuda11.6: " in error and "cuDNN 8.5.0" in error
+    assert (
+        "ms2.2-cuda11.8: 10de:2330 (NVIDIA H100 80GB HBM3, CC 9.0): NCCL 2.14.3 has in libnccl.so.2 no code that runs "
+        "on CC 9.0 (SASS 3.5, 5.0, 6.0, 6.1, 7.0, 8.0; PTX none) (multi-GPU training on this host's 8 GPUs loads it; "
+        "a host with one such GPU would run)" in error
+    )
+
+
+def test_hopper_runs_the_unverified_cuda118_stack_on_one_gpu_with_its_warnings(run):
+    result = run("h100", name="ms2.2-cuda11.8")
+    assert result["errors"] == [] and result["name"] == "ms2.2-cuda11.8"
+    text = "\n".join(result["warnings"])
+    # MindSpore 2.2.14's kernels: compute_86 PTX, JIT-compiled on 9.0; NCCL: one GPU only; the stack: unverified.
+    assert "MindSpore 2.2.14 has in its kernels no cubin for CC 9.x, only PTX the driver must JIT" in text
+    assert (
+        "NCCL 2.14.3 has in libnccl.so.2 no code that runs on CC 9.0 (SASS 3.5, 5.0, 6.0, 6.1, 7.0, 8.0; PTX none): "
+        "training on this host's one GPU runs, multi-GPU and multi-host (mpirun) training cannot" in text
+    )
+    assert 'stack "ms2.2-cuda11.8" is not verified on a GPU (verified_on_gpu: false' in text
+    assert "cuDNN" not in text  # cuDNN 8.9.6 carries sm_90 (measured)
+
+
+def test_ada_has_native_code_only_in_the_cuda118_stack(run):
+    for machine in ("rtx4090", "l40s"):
+        result = run(machine, name="ms2.2-cuda11.8")
+        assert result["errors"] == [], machine
+        (warning,) = result["warnings"]
+        assert "is not verified on a GPU" in warning
+        # TensorRT 8.4 neither supports CUDA 11.8 nor runs on Ada: the resolver refuses it first.
+        (error,) = run(machine, name="ms2.2-cuda11.8", tensorrt_enabled=True)["errors"]
+        assert "TensorRT 8.4.1.5 supports CC up to 8.6 and refuses newer GPUs" in error
 
 
 def test_k80_is_refused_for_mindspores_own_kernels(run):
@@ -137,9 +175,25 @@ def test_auto_respects_a_fixed_driver_branch(run):
 
 
 def test_auto_on_hopper_and_kepler_finds_nothing(run):
-    for machine in ("h100", "k80"):
+    for machine in ("h100", "k80", "h100x8"):
         (error,) = run(machine, name="auto")["errors"]
         assert "stack_name: auto found no catalog stack" in error, machine
+    # The CUDA 11.8 stack's vendor wheel has no public checksum: with one given, one H100 gets it, eight do not.
+    result = run("h100", name="auto", artifact_checksums={MS2214_CP38: "ab" * 32})
+    assert result["errors"] == [] and result["name"] == "ms2.2-cuda11.8"
+    assert any("is not verified on a GPU" in w for w in result["warnings"])
+    (error,) = run("h100x8", name="auto", artifact_checksums={MS2214_CP38: "ab" * 32})["errors"]
+    assert "ms2.2-cuda11.8: 10de:2330" in error and "multi-GPU training on this host's 8 GPUs loads it" in error
+
+
+def test_auto_prefers_a_verified_stack_on_ada_and_names_the_unverified_one_built_for_it(run):
+    result = run("rtx4090", name="auto", artifact_checksums={MS2214_CP38: "ab" * 32})
+    assert result["errors"] == [] and result["name"] == "ms2.2-cuda11.6"
+    assert any("runs on 8.9 untuned, outside its support matrix" in w for w in result["warnings"])
+    assert result["reason"].endswith(
+        "; 'ms2.2-cuda11.8' (not verified on a GPU) carries code built for these GPUs: "
+        'stack_name "ms2.2-cuda11.8" chooses it'
+    )
 
 
 def test_auto_on_a_mixed_box_picks_one_stack_for_both(run):
@@ -184,4 +238,7 @@ def test_docs_gpu_table_is_generated_from_the_catalog():
     )
     assert result.returncode == 0, result.stderr
     text = (ROOT / "docs" / "gpus.md").read_text()
-    assert "| 9.0 |" in text and "**no** (NCCL 2.14.3, cuDNN 8.0.5)" in text
+    assert "| 9.0 |" in text and "| **no** (cuDNN 8.0.5) |" in text
+    # One H100 per host: only the unverified CUDA 11.8 stack, without multi-GPU training (its NCCL has no sm_90).
+    assert "one GPU per host (NCCL 2.14.3); JIT only (MindSpore 2.2.14) |" in text
+    assert "not offered (TensorRT 8.4.1.5 does not support CUDA 11.8)" in text

@@ -288,7 +288,7 @@ def test_the_unquoted_11_10_no_longer_installs_cuda_11_1_without_a_word(resolve)
 
 def test_booleans_are_not_numbers_and_get_the_catalog_message(resolve):
     errors = resolve(cuda_version=True)["errors"]
-    assert errors[0] == "stack_cuda_version: 'True' is not in the catalog; allowed: 11.1, 11.4, 11.6"
+    assert errors[0] == "stack_cuda_version: 'True' is not in the catalog; allowed: 11.1, 11.4, 11.6, 11.8"
     assert not [e for e in errors if "is a number" in e]
 
 
@@ -312,7 +312,7 @@ def test_a_number_and_its_quoted_twin_are_one_version_listed_twice(resolve):
 
 def test_an_unknown_extra_cuda_listed_twice_is_named_once(resolve):
     errors = resolve(cuda_extra_versions=["12.4", "12.4"])["errors"]
-    assert errors.count("stack_cuda_extra_versions: '12.4' is not in the catalog; allowed: 11.1, 11.4, 11.6") == 1
+    assert errors.count("stack_cuda_extra_versions: '12.4' is not in the catalog; allowed: 11.1, 11.4, 11.6, 11.8") == 1
 
 
 def test_the_stacks_own_cuda_among_the_extras_is_accepted_with_a_warning(resolve):

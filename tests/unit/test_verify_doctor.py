@@ -1112,6 +1112,27 @@ def test_jit_only_and_outside_the_matrix_are_warnings(tree: Tree, gpus) -> None:
     assert set(problems(gpus(tree, STUB_CUDA_DEVICES=RTX3090))) == {"gpu-code-unknown"}
 
 
+def test_one_gpu_that_the_stacks_nccl_cannot_run_on_is_a_single_gpu_warning(tree: Tree, gpus) -> None:
+    nccl = {
+        "name": "NCCL",
+        "version": "2.14.3",
+        "code": {"libraries": {"nvidia/nccl/lib/libnccl.so.2": {"sass": ["7.0", "8.0"], "ptx": []}}},
+        "multi_gpu_only": True,
+    }
+    tree.expect["gpu_code"] = [nccl]
+    found = problems(gpus(tree, STUB_CUDA_DEVICES=H100))
+    assert set(found) == {"gpu-single-only"}
+    finding = found["gpu-single-only"]
+    assert finding["severity"] == "warning"
+    assert "multi-GPU and multi-host (mpirun) training cannot run here" in finding["title"]
+    assert finding["evidence"][0].startswith("gpu1: GPU NVIDIA H100 80GB HBM3 (CC 9.0) at device 0")
+    assert "NCCL 2.14.3 has in libnccl.so.2 no code that runs on CC 9.0" in finding["evidence"][0]
+    # Two of them: an error, as the preflight refuses it.
+    found = by_id(gpus(tree, STUB_CUDA_DEVICES=",".join([H100] * 2)))
+    assert found["gpu-unsupported"]["severity"] == "error" and "gpu-single-only" not in found
+    assert "multi-GPU training on this host's 2 GPUs loads it" in found["gpu-unsupported"]["evidence"][0]
+
+
 def test_no_gpu_code_no_probe_or_no_gpu_on_purpose_is_quiet(tree: Tree, gpus) -> None:
     assert "gpu-unsupported" not in by_id(gpus(tree, STUB_CUDA_DEVICES=H100))  # expect has no gpu_code
     tree.expect["gpu_code"] = GPU_CODE

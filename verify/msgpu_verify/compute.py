@@ -24,9 +24,11 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 # The outcomes of fit(), best first. "outside": runs (same-major cubins) but the GPU is newer than the
-# vendor's support matrix; "jit": runs only through the driver's PTX JIT at first start; "none": cannot run.
-NATIVE, OUTSIDE, JIT, NONE, UNKNOWN = "native", "outside", "jit", "none", "unknown"
-ORDER = {NATIVE: 0, OUTSIDE: 1, JIT: 2, UNKNOWN: 3, NONE: 4}
+# vendor's support matrix; "jit": runs only through the driver's PTX JIT at first start; "single": a component
+# that only multi-GPU work loads (NCCL, `multi_gpu_only`) cannot run on the GPU, on a host with one GPU (single-GPU
+# work runs; the same on a host with several GPUs is "none"); "none": cannot run.
+NATIVE, OUTSIDE, JIT, SINGLE, NONE, UNKNOWN = "native", "outside", "jit", "single", "none", "unknown"
+ORDER = {NATIVE: 0, OUTSIDE: 1, JIT: 2, SINGLE: 3, UNKNOWN: 4, NONE: 5}
 ABOVE_MAX = ("jit", "same_major", "none")
 # "sm_90a" / "9.0a": an architecture-specific target of that CC (it runs on that CC only, as a cubin does).
 CC_RE = re.compile(r"^\s*(?:sm_|compute_)?(\d+)(?:\.(\d+))?[af]?\s*$")
@@ -133,13 +135,25 @@ def gpu_label(gpu: Dict[str, Any]) -> str:
     return f"{gpu.get('id') or 'GPU'} ({inner})"
 
 
-def judge(components: Sequence[Dict[str, Any]], cc_value: Any) -> Dict[str, Any]:
-    """A stack's components on one CC: {"outcome": the worst, "problems": [(outcome, "Component version why")]}."""
+def judge(components: Sequence[Dict[str, Any]], cc_value: Any, gpu_count: int = 0) -> Dict[str, Any]:
+    """A stack's components on one CC: {"outcome": the worst, "problems": [(outcome, "Component version why")]}.
+
+    gpu_count: the GPUs of the host (0: not known). A component marked `multi_gpu_only` (NCCL: only multi-GPU
+    and multi-host training load it) that cannot run on the CC is "single" on a host with exactly one GPU."""
     problems = []
     for component in components or []:
         outcome, why = fit(component.get("code") or {}, cc_value)
+        label = f"{component.get('name', '?')} {component.get('version', '')}".strip()
+        if outcome == NONE and component.get("multi_gpu_only") and gpu_count == 1:
+            outcome = SINGLE
+            why += (
+                ": training on this host's one GPU runs, multi-GPU and multi-host (mpirun) training cannot; "
+                "a host with several such GPUs is refused"
+            )
+        elif outcome == NONE and component.get("multi_gpu_only") and gpu_count > 1:
+            why += f" (multi-GPU training on this host's {gpu_count} GPUs loads it; a host with one such GPU would run)"
         if outcome != NATIVE:
-            problems.append((outcome, f"{component.get('name', '?')} {component.get('version', '')} {why}".strip()))
+            problems.append((outcome, f"{label} {why}".strip()))
     outcome = _worst(problems)[0] if problems else NATIVE
     return {"outcome": outcome, "problems": problems}
 
@@ -166,7 +180,7 @@ def check(
         if cc_tuple(gpu.get("cc")) is None:
             verdict = {"outcome": UNKNOWN, "problems": [(UNKNOWN, "its compute capability is not known")]}
         else:
-            verdict = judge(components, gpu.get("cc"))
+            verdict = judge(components, gpu.get("cc"), len(gpus or []))
         entry = {
             "id": gpu.get("id"),
             "name": gpu.get("name", ""),
@@ -189,6 +203,8 @@ def check(
                 result["warnings"].append(f"{host}: GPU {gpu}: {why} (slow first start, then cached).")
             elif outcome == OUTSIDE:
                 result["warnings"].append(f"{host}: GPU {gpu}: {why}; not verified by NVIDIA for this GPU.")
+            elif outcome == SINGLE:
+                result["warnings"].append(f"{host}: GPU {gpu}: {why}.")
             elif outcome == UNKNOWN and cc_tuple(entry.get("cc")) is None:
                 result["warnings"].append(
                     f"{host}: GPU {gpu}: not checked against stack {stack} ({why}); the verify step and the "

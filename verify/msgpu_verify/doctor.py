@@ -1446,7 +1446,7 @@ def rule_compute(host: Host) -> List[Finding]:
         )
     # compute.check writes one warning per JIT / outside-the-matrix problem, GPU by GPU in its problems' order.
     warnings = iter(result["warnings"])
-    kinds: Dict[str, List[str]] = {compute.JIT: [], compute.OUTSIDE: [], compute.UNKNOWN: []}
+    kinds: Dict[str, List[str]] = {compute.JIT: [], compute.OUTSIDE: [], compute.SINGLE: [], compute.UNKNOWN: []}
     for entry in result["gpus"]:
         for outcome, why in entry["problems"]:
             if outcome in kinds:
@@ -1475,6 +1475,19 @@ def rule_compute(host: Host) -> List[Finding]:
                 [*kinds[compute.OUTSIDE], read, supports],
                 "It runs, possibly slower than a stack built for this GPU. stack_name: auto picks a catalog stack "
                 "whose libraries list this GPU where there is one.",
+            )
+        )
+    if kinds[compute.SINGLE]:
+        findings.append(
+            Finding(
+                "gpu-single-only",
+                "warning",
+                f"Stack {stack or '?'} runs on this host's one GPU, but its NCCL has no code for it: multi-GPU and "
+                "multi-host (mpirun) training cannot run here",
+                [*kinds[compute.SINGLE], read, supports],
+                "Single-GPU training runs. For distributed training this GPU needs an NCCL built for its "
+                "architecture, which no stack of the catalog has (docs/gpu-evidence.md); a host with several such "
+                "GPUs is refused by the preflight.",
             )
         )
     if kinds[compute.UNKNOWN]:

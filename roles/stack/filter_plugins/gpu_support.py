@@ -398,10 +398,23 @@ def stack_for_gpus(
             continue
         result["name"] = name
         result["warnings"] = warnings + ([] if verified else [_unverified(host, name)])
+        # A verified stack that runs here only outside a support matrix or through JIT: say which unverified
+        # stack has code built for these GPUs (auto never prefers it; stack_name chooses it).
+        native = (
+            [n for n in order[order.index(name) + 1 :] if evaluate(n, True) == ("", [], False)]
+            if warnings and verified
+            else []
+        )
         result["reason"] = (
             f'stack_name: auto chose "{name}" for {host}: the first catalog stack (verified on GPUs first, then the '
             f"newest) whose code runs on every GPU of the host and whose driver branch drives them: {summary}"
             + (f"; passed over: {'; '.join(skipped)}" if skipped else "")
+            + (
+                f"; {', '.join(repr(n) for n in native)} (not verified on a GPU) carries code built for these GPUs: "
+                f'stack_name "{native[0]}" chooses it'
+                if native
+                else ""
+            )
         )
         return result
     result["errors"].append(

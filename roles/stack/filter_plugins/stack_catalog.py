@@ -340,10 +340,27 @@ class _Resolver:
                 for name, lib in (record.get("libraries") or {}).items()
                 if for_cuda(name, str(resolved.get("cuda", {}).get("version", "")))
             }
-            if libraries:
-                code["libraries"] = libraries
-                code["measured"] = f"{record.get('wheel', '')}: {record.get('measured', '')}".strip(": ")
-            out.append({"name": label, "version": version, "code": code})
+            measured_in = f"{record.get('wheel', '')}: {record.get('measured', '')}".strip(": ")
+            # NCCL, the catalog's or the copy a MindSpore wheel bundles, is loaded by multi-GPU and multi-host
+            # training only (compute.py: "single" on a host with one GPU).
+            bundled = {n: lib for n, lib in libraries.items() if n.rsplit("/", 1)[-1].startswith("libnccl")}
+            own = {n: lib for n, lib in libraries.items() if n not in bundled} if key == "mindspore" else libraries
+            if own:
+                code["libraries"] = own
+                code["measured"] = measured_in
+            entry = {"name": label, "version": version, "code": code}
+            if key == "nccl":
+                entry["multi_gpu_only"] = True
+            out.append(entry)
+            if key == "mindspore" and bundled:
+                out.append(
+                    {
+                        "name": f"NCCL bundled with {label}",
+                        "version": version,
+                        "code": {"libraries": bundled, "measured": measured_in},
+                        "multi_gpu_only": True,
+                    }
+                )
         return out
 
     def disk_parts(self, resolved: dict[str, Any]) -> list[dict[str, Any]]:
