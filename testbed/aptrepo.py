@@ -134,6 +134,9 @@ def toolkit_deb_members(fixture: fixtures.Fixture, wheels: dict[str, Path]) -> l
     members = [replace(m, name=prefix + m.name) for m in fixtures.toolkit_members(wheels)]
     members.append(fixtures.text_member(prefix + "bin/nvcc", stub, 0o755))
     members.append(fixtures.text_member(prefix + "version.json", fixtures.version_json(fixture)))
+    nvrtc = fixtures.nvrtc_soname(fixture.version)
+    if nvrtc != fixtures.NVRTC_LIBRARY:  # the release's own NVRTC name (testbed/fixtures.py: nvrtc_soname)
+        members.append(fixtures.symlink(prefix + "lib64/" + nvrtc, fixtures.NVRTC_LIBRARY))
     return members
 
 

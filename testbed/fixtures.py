@@ -891,7 +891,7 @@ cat >"$work/bin/nvcc" <<'NVCC_STUB_END'
 @NVCC@NVCC_STUB_END
 cat >"$work/version.json" <<'VERSION_JSON_END'
 @VERSION_JSON@VERSION_JSON_END
-{
+@NVRTC_LINK@{
     printf '#!/bin/sh\n# Written by the CUDA @FULL@ runfile fixture: removes the toolkit it installed.\n'
     printf "cuda_dir='%s'\n" "$toolkitpath"
     printf "log='%s'\n" "$log"
@@ -934,6 +934,24 @@ exit 1
 """
 
 
+# NVRTC's soname in NVIDIA's toolkits: libnvrtc.so.<major>.<minor> up to CUDA 11.1, libnvrtc.so.11.2 from 11.2 on
+# (the wheels' 11.7 build, which every fixture carries). A fixture named for an older release also carries the
+# name its real toolkit has (a link to the 11.7 library), which MindSpore built for it dlopens.
+NVRTC_LIBRARY = "libnvrtc.so.11.2"
+
+
+def nvrtc_soname(version: str) -> str:
+    """The file name of NVRTC in NVIDIA's CUDA `version` toolkit ('11.1' -> libnvrtc.so.11.1; 11.2+ -> .11.2)."""
+    major, minor = (int(x) for x in version.split(".")[:2])
+    return NVRTC_LIBRARY if (major, minor) >= (11, 2) else f"libnvrtc.so.{major}.{minor}"
+
+
+def nvrtc_link_script(version: str) -> str:
+    """The runfile header's line that adds the release's own NVRTC name, where it differs ('' otherwise)."""
+    name = nvrtc_soname(version)
+    return "" if name == NVRTC_LIBRARY else f'ln -sf {NVRTC_LIBRARY} "$work/lib64/{name}"\n'
+
+
 def _fill(template: str, values: dict[str, str]) -> str:
     for key, value in values.items():
         template = template.replace(f"@{key}@", value)
@@ -960,6 +978,7 @@ def runfile_header(fixture: Fixture) -> bytes:
         "FILE": fixture.file,
         "NVCC": _fill(NVCC_STUB, {"FULL": fixture.full_version, "VERSION": fixture.version}),
         "VERSION_JSON": version_json(fixture),
+        "NVRTC_LINK": nvrtc_link_script(fixture.version),
     }
     start = 0
     while True:

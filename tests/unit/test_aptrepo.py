@@ -163,6 +163,9 @@ def test_toolkit_deb_installs_under_usr_local(repo: Path, packages: list[dict[st
     for name in ("bin/nvcc", "bin/ptxas", "version.json", "lib64/libcudart.so.11.0", "lib64/libcublas.so.11"):
         assert files.get(f"{prefix}/{name}") == "-", name
     assert files[f"{prefix}/lib64/libcudart.so"] == "l libcudart.so.11.0"
+    # NVRTC under the release's own name too (libnvrtc.so.11.1 for CUDA 11.1; 11.2 and later: the library itself).
+    nvrtc = fixtures.nvrtc_soname(version)
+    assert files[f"{prefix}/lib64/{nvrtc}"] == ("-" if nvrtc == fixtures.NVRTC_LIBRARY else "l libnvrtc.so.11.2")
     outside = {path for path in files if not path.startswith(f"{prefix}/")}
     assert outside == {"/", "/usr/", "/usr/local/"}, "the package must not own /usr/local/cuda or anything else"
 

@@ -213,6 +213,28 @@ def test_runfile_installs_real_libraries_and_headers(cuda_install):
     assert os.access(prefix / "bin" / "cuda-uninstaller", os.X_OK)
 
 
+def test_runfile_carries_nvrtc_under_its_releases_own_name(cuda_install, seed_cuda):
+    # NVIDIA's CUDA 11.1 names NVRTC libnvrtc.so.11.1 (11.2 and later: libnvrtc.so.11.2, the wheels' build).
+    name = fixtures.nvrtc_soname(seed_cuda["version"])
+    assert name == "libnvrtc.so.11.1"  # the seed's CUDA 11.1
+    assert os.readlink(cuda_install["prefix"] / "lib64" / name) == "libnvrtc.so.11.2"
+    assert (cuda_install["prefix"] / "lib64" / name).read_bytes()[:4] == ELF_MAGIC
+
+
+@pytest.mark.parametrize(
+    ("version", "name"),
+    [
+        ("11.0", "libnvrtc.so.11.0"),
+        ("11.1", "libnvrtc.so.11.1"),
+        ("11.2", "libnvrtc.so.11.2"),
+        ("11.8", "libnvrtc.so.11.2"),
+    ],
+)
+def test_nvrtc_soname_per_release(version, name):
+    assert fixtures.nvrtc_soname(version) == name
+    assert (fixtures.nvrtc_link_script(version) == "") == (name == fixtures.NVRTC_LIBRARY)
+
+
 def test_runfile_writes_version_json_with_provenance(cuda_install, seed_cuda):
     document = json.loads((cuda_install["prefix"] / "version.json").read_text())
     assert document["cuda"] == {"name": "CUDA SDK", "version": seed_cuda["full_version"]}
