@@ -32,6 +32,39 @@ def test_good_configuration_passes_and_changes_nothing(focal_host, inventory_for
     assert focal_host.fingerprint() == before
 
 
+def test_a_local_copy_that_is_not_its_pin_is_refused_before_any_host_changes(focal_host, inventory_for, tmp_path):
+    """stack_local_artifacts: the user's copy of a pinned file (the seed's cuDNN tarball, pinned by the catalog)
+    is hashed on the controller in the preflight, with the controller's artifact cache off; a wrong copy stops
+    the run naming the setting, both sums and the pin. The same copy with its own sum given passes."""
+    from testbed.fixtures import sha256_file
+
+    name = scenarios.CATALOG["cudnn"]["8.0.5"]["tarball"]["file"]
+    copy = tmp_path / name
+    copy.write_bytes(b"not NVIDIA's cuDNN\n")
+    got = sha256_file(copy)
+    before = focal_host.fingerprint()
+    result = run_playbook(
+        "site.yml", inventory_for(focal_host, group_vars={"stack_local_artifacts": {name: str(copy)}})
+    )
+    output = " ".join(result.output.split())
+    assert result.rc != 0
+    assert (
+        f"stack_local_artifacts.{name}: '{copy}' has sha256 {got}, but {name} is pinned to "
+        f"{scenarios.CATALOG['cudnn']['8.0.5']['tarball']['sha256']} by the catalog's sha256 (Spack cudnn recipe"
+    ) in output
+    assert "PLAY [NVIDIA driver]" not in result.output
+    # The user's own sum for the file: its copy matches, the preflight passes.
+    result = run_playbook(
+        "preflight.yml",
+        inventory_for(
+            focal_host,
+            group_vars={"stack_local_artifacts": {name: str(copy)}, "stack_artifact_checksums": {name: got}},
+        ),
+    )
+    assert result.rc == 0, result.output[-4000:]
+    assert focal_host.fingerprint() == before
+
+
 # Bookkeeping, not state: apt's package lists are refreshed even in --check (metadata the dry run
 # needs to know the packages), apt logs its simulated installs (/var/log/apt), and Ansible keeps its
 # async job status in ~/.ansible_async (as it keeps its temp files in ~/.ansible).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import socket
 import subprocess
@@ -819,3 +820,79 @@ def test_the_offline_lookup_names_the_wheelhouses_already_filled(filler, tmp_pat
     argv = ["--cache", str(cache), "--manifest", str(manifest), "--offline", "--wheelhouses", json.dumps(houses)]
     assert filler.main(argv) == 0
     assert json.loads(capsys.readouterr().out)["wheelhouses_ready"] == [str(ready)]
+
+
+# --- the user's copies of pinned files, checked in the preflight (--check-local) ------------------------------
+
+
+def test_local_pins_lists_the_users_copies_of_pinned_files_once(stack_catalog, catalog, pinned, tmp_path):
+    tarball = tmp_path / TARBALL
+    tarball.write_bytes(PAYLOADS[TARBALL])
+    settings = {"artifact_checksums": pinned, "local_artifacts": {TARBALL: str(tarball)}}
+    stack = stack_catalog.resolve_stack(catalog, settings)["stack"]
+    pins = stack_catalog.local_pins([stack, stack, {}])
+    ((pin),) = pins
+    assert (
+        pin["file"] == TARBALL and pin["path"] == str(tarball) and pin["setting"] == f"stack_local_artifacts.{TARBALL}"
+    )
+    assert pin["sha256"] == catalog["cudnn"]["8.0.5"]["tarball"]["sha256"]
+    assert pin["pin"].startswith("the catalog's sha256 (Spack cudnn recipe")
+    # The user's own sum for the file is the pin then; a copy without any pin has none (its own sum is taken).
+    stack = stack_catalog.resolve_stack(catalog, {**settings, "artifact_checksums": {**pinned, TARBALL: "cd" * 32}})
+    ((pin),) = stack_catalog.local_pins([stack["stack"]])
+    assert pin["sha256"] == "cd" * 32 and pin["pin"] == f"stack_artifact_checksums.{TARBALL}"
+    unpinned = {k: v for k, v in pinned.items() if k != TARBALL}
+    catalog_without = json.loads(json.dumps(catalog))
+    catalog_without["cudnn"]["8.0.5"]["tarball"]["sha256"] = None
+    stack = stack_catalog.resolve_stack(catalog_without, {**settings, "artifact_checksums": unpinned})["stack"]
+    assert stack_catalog.local_pins([stack]) == []
+    assert stack["cudnn"]["artifact"]["sha256"] == sha256(PAYLOADS[TARBALL])
+
+
+def check_local(filler, pins: list[dict], cache: str = "") -> subprocess.CompletedProcess:
+    argv = [sys.executable, str(FILLER), "--check-local"] + (["--cache", cache] if cache else [])
+    return subprocess.run(argv, input=json.dumps(pins), capture_output=True, text=True, timeout=60)
+
+
+def test_check_local_names_the_setting_both_sums_and_the_pin(filler, tmp_path):
+    good, bad = tmp_path / "good.tgz", tmp_path / "bad.tgz"
+    good.write_bytes(PAYLOADS[TARBALL])
+    bad.write_bytes(b"something else")
+    pin = {"file": TARBALL, "sha256": sha256(PAYLOADS[TARBALL]), "pin": "the catalog's sha256 (Spack)"}
+    pins = [
+        {**pin, "path": str(good), "setting": "stack_local_artifacts.a"},
+        {**pin, "path": str(bad), "setting": "stack_local_artifacts.b"},
+        {**pin, "path": str(tmp_path / "gone"), "setting": "stack_local_artifacts.c"},
+    ]
+    result = check_local(filler, pins)
+    assert result.returncode == 1
+    document = json.loads(result.stdout)
+    assert document["ok"] is False and document["checked"] == [TARBALL] * 3
+    assert document["errors"] == [
+        f"stack_local_artifacts.b: '{bad}' has sha256 {sha256(b'something else')}, but {TARBALL} is pinned to "
+        f"{pin['sha256']} by the catalog's sha256 (Spack); allowed: the file with that sum (download it again), or "
+        "your file's sum in stack_artifact_checksums if you trust it.",
+        f"stack_local_artifacts.c: '{tmp_path / 'gone'}' is not a readable file on the controller.",
+    ]
+    assert result.stderr.splitlines() == document["errors"]
+    assert check_local(filler, pins[:1]).returncode == 0
+
+
+def test_check_local_reads_an_unchanged_copy_once_with_a_cache_folder(filler, tmp_path, cache):
+    copy = tmp_path / "copy.tgz"
+    copy.write_bytes(PAYLOADS[TARBALL])
+    pins = [{"file": TARBALL, "path": str(copy), "sha256": sha256(PAYLOADS[TARBALL]), "pin": "p", "setting": "s"}]
+    cache.mkdir(parents=True, exist_ok=True)
+    assert check_local(filler, pins, str(cache)).returncode == 0
+    memo = json.loads((cache / MEMO).read_text())
+    key = "local:" + str(copy.resolve())
+    assert memo[key][3] == sha256(PAYLOADS[TARBALL])
+    # The memo says the sum of the file as it was: the same size, mtime and inode are not read again...
+    memo[key][3] = "ef" * 32
+    (cache / MEMO).write_text(json.dumps(memo))
+    assert json.loads(check_local(filler, pins, str(cache)).stdout)["ok"] is False
+    # ...and a rewritten copy is.
+    copy.write_bytes(PAYLOADS[TARBALL])
+    os.utime(copy, ns=(1, 1))
+    assert check_local(filler, pins, str(cache)).returncode == 0
+    assert cache_files(cache) == []  # nothing but the memo (and the lock) in the cache

@@ -361,9 +361,34 @@ def wheelhouse(
     return {"wheelhouse": str(folder), "changed": True, "ok": True, "bytes": size}
 
 
+def check_local(pins: List[Dict[str, Any]], memo: Optional[Dict[str, List[Any]]]) -> Dict[str, Any]:
+    """The user's copies of pinned files (stack_local_artifacts), each hashed (through the memo: a file unchanged
+    since its last read is not read again) and compared with its pin: {"ok", "checked", "errors"}, one line per
+    file that differs or cannot be read, naming the setting, the path, both sums and where the pin comes from."""
+    errors: List[str] = []
+    for pin in pins:
+        path = Path(pin["path"])
+        got = cached_sha256(path, "local:" + str(path.resolve()), memo) if path.exists() else ""
+        if not got:
+            errors.append(f"{pin['setting']}: '{pin['path']}' is not a readable file on the controller.")
+        elif got != pin["sha256"]:
+            errors.append(
+                f"{pin['setting']}: '{pin['path']}' has sha256 {got}, but {pin['file']} is pinned to {pin['sha256']} "
+                f"by {pin['pin']}; allowed: the file with that sum (download it again), or your file's sum in "
+                "stack_artifact_checksums if you trust it."
+            )
+    return {"ok": not errors, "checked": [p["file"] for p in pins], "errors": errors}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", required=True, help="the cache folder on the controller")
+    parser.add_argument("--cache", default="", help="the cache folder on the controller")
+    parser.add_argument(
+        "--check-local",
+        action="store_true",
+        help="read a JSON list of {file, path, sha256, pin, setting} on stdin (the user's copies of pinned files) "
+        "and check each copy's sha256 against its pin; --cache only keeps the memo of sums",
+    )
     parser.add_argument("--manifest", help="JSON list of files (- for stdin)")
     parser.add_argument("--offline", action="store_true", help="fetch nothing; report what is missing")
     parser.add_argument("--retries", type=int, default=3)
@@ -380,6 +405,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         "lists the dirs already filled for them (nothing is fetched for these)",
     )
     args = parser.parse_args(argv)
+    if args.check_local:
+        pins = json.loads(sys.stdin.read())
+        memo_dir = Path(args.cache) if args.cache and os.access(args.cache, os.W_OK) else None
+        if memo_dir is None:  # no cache folder (or not writable): every copy is read
+            result = check_local(pins, None)
+        else:
+            with locked(memo_dir):  # the memo is the fillers' too
+                memo = load_memo(memo_dir)
+                result = check_local(pins, memo)
+                save_memo(memo_dir, memo)
+        print(json.dumps(result, indent=2, sort_keys=True))
+        for line in result["errors"]:
+            print(line, file=sys.stderr)
+        return 0 if result["ok"] else 1
+    if not args.cache:
+        parser.error("--cache is required (the cache folder on the controller)")
     cache = Path(args.cache)
     global PROGRESS_LOG
     cache.mkdir(parents=True, exist_ok=True)

@@ -154,7 +154,15 @@ class _Resolver:
             art["sha256"] = checksums[name]
         if name in local:
             art["local_path"] = local[name]
-            if not art.get("sha256"):
+            if art.get("sha256"):
+                # A pinned file given as the user's copy: the preflight hashes the copy against the pin before
+                # any host changes (tasks/config.yml, files/artifact_cache.py --check-local).
+                art["local_pin"] = (
+                    f"stack_artifact_checksums.{name}"
+                    if name in checksums
+                    else f"the catalog's sha256 ({str(entry.get('sha256_from') or 'catalog/stacks.yml').strip()})"
+                )
+            else:
                 # The user's own copy without a pinned sum: the hosts' copies must match the controller's.
                 art["sha256"] = file_sha256(local[name])
         return art
@@ -746,6 +754,28 @@ def cache_manifest(stacks: list[dict[str, Any]], python_tags: list[str], compone
     return [manifest[dest] for dest in sorted(manifest)]
 
 
+def local_pins(stacks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The user's copies (stack_local_artifacts) of pinned files that these hosts' stacks install, each once:
+    {file, path, sha256, pin, setting}, for files/artifact_cache.py --check-local in the preflight."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for stack in stacks:
+        if not stack:
+            continue
+        for _component, _tag, art in _Resolver.chosen_artifacts(stack):
+            if art.get("local_pin") and art.get("local_path"):
+                found.setdefault(
+                    (art["local_path"], art["sha256"]),
+                    {
+                        "file": art["file"],
+                        "path": art["local_path"],
+                        "sha256": art["sha256"],
+                        "pin": art["local_pin"],
+                        "setting": f"stack_local_artifacts.{art['file']}",
+                    },
+                )
+    return [found[key] for key in sorted(found)]
+
+
 def cache_wheelhouses(stacks: list[dict[str, Any]], python_tags: list[str], components: list[str]) -> list[dict]:
     """One wheelhouse of MindSpore's dependencies per (stack, Python tag) of the hosts, when the
     cache is on and the run installs MindSpore (or Serving, whose dependencies it also holds)."""
@@ -879,4 +909,5 @@ class FilterModule:
             "stack_cache_manifest": cache_manifest,
             "stack_cache_components": cache_components,
             "stack_cache_wheelhouses": cache_wheelhouses,
+            "stack_local_pins": local_pins,
         }
