@@ -896,3 +896,42 @@ def test_check_local_reads_an_unchanged_copy_once_with_a_cache_folder(filler, tm
     os.utime(copy, ns=(1, 1))
     assert check_local(filler, pins, str(cache)).returncode == 0
     assert cache_files(cache) == []  # nothing but the memo (and the lock) in the cache
+
+
+def test_check_local_refuses_a_cache_folder_the_controller_cannot_write(filler, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = check_local(filler, [], str(blocker / "cache"))
+    assert result.returncode == 1
+    (error,) = json.loads(result.stdout)["errors"]
+    assert error == (
+        f"stack_artifact_cache_dir: '{blocker / 'cache'}' cannot be created or written on the controller (Not a "
+        "directory); allowed: a folder the user running ansible-playbook can write, or '' (each host downloads its "
+        "own files)."
+    )
+    # A folder that can be made is made (the fill would make it anyway), and passes.
+    assert check_local(filler, [], str(tmp_path / "new" / "cache")).returncode == 0
+    assert (tmp_path / "new" / "cache").is_dir()
+
+
+def test_the_preflight_names_an_unwritable_cache_folder_instead_of_a_template_error(tmp_path):
+    """Through ansible-playbook (playbooks/fetch.yml: the stack's config and cache, no host contacted)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    inventory = tmp_path / "hosts.yml"
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_servers": {"hosts": {"h1": host}}}}}))
+    command = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i",
+        str(inventory),
+        "playbooks/fetch.yml",
+        "-e",
+        json.dumps({"stack_artifact_cache_dir": str(blocker / "cache"), "stack_cache_components": ["mindspore"]}),
+    ]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    output = " ".join(result.stdout.replace("''", "'").split())
+    assert result.returncode != 0
+    assert f"stack_artifact_cache_dir: '{blocker / 'cache'}' cannot be created or written on the controller" in output
+    assert "filter plugin" not in result.stdout + result.stderr  # no raw template error

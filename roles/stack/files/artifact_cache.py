@@ -380,6 +380,22 @@ def check_local(pins: List[Dict[str, Any]], memo: Optional[Dict[str, List[Any]]]
     return {"ok": not errors, "checked": [p["file"] for p in pins], "errors": errors}
 
 
+def cache_dir_error(folder: str) -> str:
+    """'' when the controller can create `folder` and write in it (it is created), else one line that names the
+    setting, the folder and the reason."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test."):
+            pass
+    except OSError as exc:
+        return (
+            f"stack_artifact_cache_dir: '{folder}' cannot be created or written on the controller "
+            f"({exc.strerror or exc}); allowed: a folder the user running ansible-playbook can write, or '' "
+            "(each host downloads its own files)."
+        )
+    return ""
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", default="", help="the cache folder on the controller")
@@ -387,7 +403,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         "--check-local",
         action="store_true",
         help="read a JSON list of {file, path, sha256, pin, setting} on stdin (the user's copies of pinned files) "
-        "and check each copy's sha256 against its pin; --cache only keeps the memo of sums",
+        "and check each copy's sha256 against its pin; with --cache, also that the cache folder can be created and "
+        "written (the preflight's check), and the memo of sums is kept there",
     )
     parser.add_argument("--manifest", help="JSON list of files (- for stdin)")
     parser.add_argument("--offline", action="store_true", help="fetch nothing; report what is missing")
@@ -407,14 +424,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.check_local:
         pins = json.loads(sys.stdin.read())
-        memo_dir = Path(args.cache) if args.cache and os.access(args.cache, os.W_OK) else None
-        if memo_dir is None:  # no cache folder (or not writable): every copy is read
+        unusable = cache_dir_error(args.cache) if args.cache else ""
+        if not args.cache or unusable:  # no cache folder (or not one to write): every copy is read
             result = check_local(pins, None)
         else:
-            with locked(memo_dir):  # the memo is the fillers' too
-                memo = load_memo(memo_dir)
+            with locked(Path(args.cache)):  # the memo is the fillers' too
+                memo = load_memo(Path(args.cache))
                 result = check_local(pins, memo)
-                save_memo(memo_dir, memo)
+                save_memo(Path(args.cache), memo)
+        if unusable:
+            result["errors"].insert(0, unusable)
+            result["ok"] = False
         print(json.dumps(result, indent=2, sort_keys=True))
         for line in result["errors"]:
             print(line, file=sys.stderr)
