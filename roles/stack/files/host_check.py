@@ -204,6 +204,19 @@ def secure_boot(sysfs_root="/sys"):
     return "legacy BIOS boot (no EFI): Secure Boot not applicable"
 
 
+def machine_id():
+    """systemd's machine id (/etc/machine-id, else D-Bus's copy): the same machine, however it is reached."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path) as handle:
+                value = handle.read().strip()
+        except OSError:
+            continue
+        if value:
+            return value
+    return ""
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="What the stack role's preflight reads of a host, as JSON")
     parser.add_argument("--sysfs-root", default="/sys", help="the sysfs mount (default /sys; tests pass a tree)")
@@ -221,6 +234,7 @@ def main(argv=None):
     parser.add_argument("--secure-boot", action="store_true", help="read the Secure Boot state")
     args = parser.parse_args(argv)
     found = scan(args.sysfs_root)
+    found["machine_id"] = machine_id()
     if args.python:
         found["python"] = python_tag(args.python)
     if args.prefix:
