@@ -35,6 +35,16 @@ def test_only_what_is_asked_is_read(tmp_path):
     assert read("--sysfs-root", str(tmp_path)) == {"gpus": [], "nvswitches": []}
 
 
+def test_the_machine_id_is_read_when_asked():
+    expected = ""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        if Path(path).is_file() and Path(path).read_text().strip():
+            expected = Path(path).read_text().strip()
+            break
+    found = read("--sysfs-root", "/nonexistent", "--machine-id")
+    assert found == {"gpus": [], "nvswitches": [], "machine_id": expected}
+
+
 def test_the_python_tag_of_a_running_interpreter():
     found = read("--python", sys.executable)["python"]
     assert found == {"tag": "cp{}{}".format(*sys.version_info[:2]), "error": ""}

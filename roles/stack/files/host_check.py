@@ -16,7 +16,9 @@ reason when it does not run); `--prefix PATH` the space free there ("free_kb", a
 the path does not exist); `--parts JSON` (a list of {"path", "packages"}, the catalog's parts of the stack)
 whether each is installed ("parts": [true, false, ...]: the path under the prefix exists, or every package is
 installed); `--secure-boot` the Secure Boot state as one line of text ("secure_boot": mokutil's first line
-when the sysfs root is /sys and mokutil is there, else the EFI variable under the sysfs root, else legacy boot).
+when the sysfs root is /sys and mokutil is there, else the EFI variable under the sysfs root, else legacy boot);
+`--machine-id` systemd's machine id ("machine_id": /etc/machine-id, else /var/lib/dbus/machine-id, else ""), which
+the preflight compares with the controller's (a run whose target is the machine Ansible runs on never reboots it).
 
 NVSwitch hosts need NVIDIA's fabric manager at exactly the driver's version (it refuses to start
 otherwise). `--fabricmanager PACKAGE=DRIVER_PACKAGE` (repeatable) adds what apt on this host says of
@@ -232,9 +234,11 @@ def main(argv=None):
     parser.add_argument("--prefix", help="the install prefix: the space free there, and where --parts are")
     parser.add_argument("--parts", help='JSON list of {"path", "packages"}: which parts of the stack are installed')
     parser.add_argument("--secure-boot", action="store_true", help="read the Secure Boot state")
+    parser.add_argument("--machine-id", action="store_true", help="read systemd's machine id (is it the controller?)")
     args = parser.parse_args(argv)
     found = scan(args.sysfs_root)
-    found["machine_id"] = machine_id()
+    if args.machine_id:
+        found["machine_id"] = machine_id()
     if args.python:
         found["python"] = python_tag(args.python)
     if args.prefix:
