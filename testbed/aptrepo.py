@@ -220,7 +220,7 @@ def plan(catalog: dict[str, Any]) -> list[Deb]:
                         depends=tuple(f"{r} (= {deb_version})" for r in runtime) if dev else (),
                         wheels=(wheel,),
                         members=lambda w, c=component, n=name, wh=wheel, d=dev: library_deb_members(
-                            c, n, w[wh.package], wh, d
+                            c, n, w[wh.file], wh, d
                         ),
                         section="multiverse/libdevel" if dev else "multiverse/libs",
                     )
@@ -444,7 +444,9 @@ def build(cache: Path, root: Path, catalog: dict[str, Any], force: bool, wanted:
     if to_write or to_index:
         wheels = sorted({w for d in to_write + to_index for w in d.wheels}, key=lambda w: w.file)
         paths = fixtures.fetch_wheels(wheels, cache)
-        by_package = {w.package: paths[w.file] for w in wheels}
+        # By file: two wheels of one package (cuDNN 8.5.0's and 8.9.6's) each build their own debs; by package
+        # for the toolkit's wheels (one version each), which toolkit_members looks up by package.
+        by_package = {w.package: paths[w.file] for w in wheels} | {w.file: paths[w.file] for w in wheels}
         for deb in to_write + to_index:
             entries[deb.file] = _build_deb(repo, deb, by_package, write=deb in to_write, known=known.get(deb.file))
     current = on_disk | {d.file for d in to_write}

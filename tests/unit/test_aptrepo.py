@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,14 @@ def test_packages_entries_match_the_debs(repo: Path, packages: list[dict[str, st
         assert stanzas(control)[0] == {"Package": entry["Package"], "Version": entry["Version"]}
 
 
+def sizes(repo: Path, entry: dict[str, str]) -> dict[str, int]:
+    """path -> size of each regular file in the deb (dpkg-deb --contents)."""
+    listing = subprocess.run(
+        ["dpkg-deb", "--contents", str(repo / entry["Filename"])], capture_output=True, text=True, check=True
+    ).stdout
+    return {line.split()[5].removeprefix("."): int(line.split()[2]) for line in listing.splitlines() if line[0] == "-"}
+
+
 def contents(repo: Path, entry: dict[str, str]) -> dict[str, str]:
     """path -> dpkg-deb's type letter and link target ("-", "l libx.so.8", "d")."""
     listing = subprocess.run(
@@ -186,6 +195,18 @@ def test_library_debs_install_into_the_system_folders(repo: Path, packages: list
             link = runtime_files[f"{libdir}/{soname}"]
             assert link.startswith("l "), (component, version)
             assert runtime_files[f"{libdir}/{link[2:]}"] == "-"
+            # Built from the wheel chosen for this version (cuDNN 8.0.5's and 8.5.0's from 8.5.0, 8.9.6's from its
+            # own): the library's file carries that wheel's release, and that wheel's bytes (its size; a deb built
+            # from another wheel of the same package made cuDNN 8.0.5's package report 8.9.6).
+            wheel = fixtures._wheel_for(CATALOG, component, version)
+            assert link[2:] == f"{soname.rsplit('.', 1)[0]}.{fixtures.release_of(wheel.version)}", (component, version)
+            with zipfile.ZipFile(fixtures.fetch_wheels([wheel])[wheel.file]) as archive:
+                size = archive.getinfo(f"nvidia/{component}/lib/{soname}").file_size
+            assert sizes(repo, deb_of(packages, runtime, pins[runtime]))[f"{libdir}/{link[2:]}"] == size, (
+                component,
+                version,
+                wheel.file,
+            )
             assert dev_files[f"/usr/include/{header}"] == "-"
             assert dev_files[f"{libdir}/{soname.rsplit('.', 1)[0]}"] == f"l {soname}"
             assert dev_entry["Depends"] == f"{runtime} (= {pins[runtime]})"
