@@ -164,6 +164,22 @@ def fetch_wheels(wheels: list[Wheel], cache: Path = sandbox.CACHE) -> dict[str, 
         else:
             path.unlink(missing_ok=True)
             missing.append(wheel)
+    # pip resolves one version per project in a call: two versions of one package (cuDNN 8.5.0's and 8.9.6's
+    # wheels) go in separate calls.
+    batches: list[list[Wheel]] = []
+    for wheel in missing:
+        batch = next((b for b in batches if all(w.package != wheel.package for w in b)), None)
+        if batch is None:
+            batches.append([wheel])
+        else:
+            batch.append(wheel)
+    for batch in batches:
+        _download(batch, dest)
+    return {w.file: dest / w.file for w in wheels}
+
+
+def _download(missing: list[Wheel], dest: Path) -> None:
+    """One `pip download` of wheels of distinct packages into dest, each checked against its sha256."""
     if missing:
         started = time.monotonic()
         cmd = [
@@ -201,7 +217,6 @@ def fetch_wheels(wheels: list[Wheel], cache: Path = sandbox.CACHE) -> dict[str, 
                     "the file was deleted"
                 )
             log(f"wheel {wheel.file}: downloaded {megabytes(path.stat().st_size)} ({elapsed:.0f} s for the batch)")
-    return {w.file: dest / w.file for w in wheels}
 
 
 def drop_wheels(cache: Path = sandbox.CACHE) -> int:
