@@ -27,6 +27,19 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def controller_playbook(tmp_path: Path, playbook: str, hosts: dict, *args: str):
+    """ansible-playbook with the project's ansible.cfg on `hosts` (inventory host vars) in group gpu_servers, run
+    from the repository root on the controller; the completed process."""
+    import subprocess
+    import sys
+
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_servers": {"hosts": hosts}}}}))
+    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), playbook, *args]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
 def load_module(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

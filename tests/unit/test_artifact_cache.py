@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from testbed import mirror
-from tests.conftest import ROOT, load_module
+from tests.conftest import ROOT, controller_playbook, load_module
 
 FILLER = ROOT / "roles" / "stack" / "files" / "artifact_cache.py"
 MEMO = ".sha256-memo.json"  # the filler's record of the sha256s it read (artifact_cache.MEMO)
@@ -918,19 +918,9 @@ def test_the_preflight_names_an_unwritable_cache_folder_instead_of_a_template_er
     """Through ansible-playbook (playbooks/fetch.yml: the stack's config and cache, no host contacted)."""
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    inventory = tmp_path / "hosts.yml"
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory.write_text(json.dumps({"all": {"children": {"gpu_servers": {"hosts": {"h1": host}}}}}))
-    command = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "-i",
-        str(inventory),
-        "playbooks/fetch.yml",
-        "-e",
-        json.dumps({"stack_artifact_cache_dir": str(blocker / "cache"), "stack_cache_components": ["mindspore"]}),
-    ]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    settings = {"stack_artifact_cache_dir": str(blocker / "cache"), "stack_cache_components": ["mindspore"]}
+    result = controller_playbook(tmp_path, "playbooks/fetch.yml", {"h1": host}, "-e", json.dumps(settings))
     output = " ".join(result.stdout.replace("''", "'").split())
     assert result.returncode != 0
     assert f"stack_artifact_cache_dir: '{blocker / 'cache'}' cannot be created or written on the controller" in output

@@ -4,16 +4,13 @@ any host is contacted (roles/stack/tasks/inventory.yml, through ansible-playbook
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, controller_playbook
 
 EXAMPLE = ROOT / "inventory" / "example"
 CATALOG = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
@@ -53,12 +50,8 @@ def test_every_host_vars_example_resolves(stack_catalog):
         assert result["stack"]["name"] == settings["stack_name"]
 
 
-def preflight(tmp_path: Path, hosts: dict) -> subprocess.CompletedProcess:
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_servers": {"hosts": hosts}}}}))
-    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "playbooks/preflight.yml"]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+def preflight(tmp_path: Path, hosts: dict):
+    return controller_playbook(tmp_path, "playbooks/preflight.yml", hosts)
 
 
 @pytest.mark.parametrize(
