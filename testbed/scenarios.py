@@ -44,9 +44,9 @@ class ScenarioError(RuntimeError):
 
 
 def _load_role_file(name: str, relative: str):
-    """A Python file of the `stack` role (a file, not a package) as a module, without writing its bytecode into
-    the role (a __pycache__ folder in roles/stack/files would be shipped and scanned as one of the role's files)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "roles" / "stack" / relative)
+    """A Python file of a role (a file, not a package) as a module, without writing its bytecode into the role
+    (a __pycache__ folder in roles/<role>/files would be shipped and scanned as one of the role's files)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "roles" / relative)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
@@ -57,10 +57,10 @@ def _load_role_file(name: str, relative: str):
     return module
 
 
-# The resolver the `stack` role uses as its filter plugin; the controller's artifact cache filler (its lock and
-# sha256 memo, which link_cache_duplicates keeps valid).
-stack_catalog = _load_role_file("stack_catalog", "filter_plugins/stack_catalog.py")
-artifact_cache = _load_role_file("artifact_cache", "files/artifact_cache.py")
+# The resolver the `stack` role uses as its filter plugin; the controller's artifact cache filler of the
+# `artifacts` role (its lock and sha256 memo, which link_cache_duplicates keeps valid).
+stack_catalog = _load_role_file("stack_catalog", "stack/filter_plugins/stack_catalog.py")
+artifact_cache = _load_role_file("artifact_cache", "artifacts/files/artifact_cache.py")
 CATALOG = fixtures.load_catalog()
 DEFAULT_STACK = CATALOG["stacks"][CATALOG["default_stack"]]
 
@@ -232,7 +232,7 @@ def link_cache_duplicates(cache: Path | None = None, sources: tuple[Path, ...] =
     byte-for-byte a file of the same name in the fixture mirror or the fixture builder's wheel downloads
     (.cache/wheels) to that file, so the test bed keeps one copy on disk instead of two (the cache's
     runfile, tarballs and NVIDIA wheels: 2-4 GB during a suite run). Storage only: the product's filler
-    writes every file under a temporary name and renames it (roles/stack/files/artifact_cache.py), the
+    writes every file under a temporary name and renames it (roles/artifacts/files/artifact_cache.py), the
     mirror's builders do the same, nothing writes either in place, so a link changes no file anyone
     reads. The swap happens under the filler's lock (a file the filler holds is left for the next pass),
     and the filler's sha256 memo follows the file to its new inode and mtime: same bytes, same sha256, so

@@ -3,7 +3,7 @@
 For each wheel the catalog pins on PyPI (WHEEL_PINS: MindSpore's GPU wheels, NVIDIA's NCCL, cuDNN and TensorRT
 wheels), the file the
 catalog pins is fetched from the pip index once into .cache/gpu_code/ by the controller's artifact cache code
-(roles/stack/files/artifact_cache.py; hundreds of MB each, about 3 GB in all), checked against
+(roles/artifacts/files/artifact_cache.py; hundreds of MB each, about 3 GB in all), checked against
 catalog/stacks.yml's sha256 (a download with another one is never kept), and every
 shared library in it is read with verify/msgpu_verify/fatbin.py: the SASS (cubin) and PTX architectures of the
 CUDA fat binaries the library hands to the driver. Libraries without GPU code are counted, not listed.
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "verify"))
 from msgpu_verify import fatbin  # noqa: E402 - verify/ is put on the path just above
 
 CATALOG = ROOT / "catalog" / "stacks.yml"
-ARTIFACT_CACHE = ROOT / "roles" / "stack" / "files" / "artifact_cache.py"
+ARTIFACT_CACHE = ROOT / "roles" / "artifacts" / "files" / "artifact_cache.py"
 OUTPUT = ROOT / "catalog" / "gpu_code.yml"
 CACHE = ROOT / ".cache" / "gpu_code"
 COMMAND = "python catalog/tools/gpu_code.py"
@@ -95,7 +95,7 @@ def pinned_wheels(catalog: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _artifact_cache() -> Any:
-    """The controller's artifact cache (roles/stack/files/artifact_cache.py): the one way this project fetches a
+    """The controller's artifact cache (roles/artifacts/files/artifact_cache.py): the one way this project fetches a
     pinned file, here a wheel from a pip index, checked by sha256 before it is kept."""
     if "msgpu_artifact_cache" not in sys.modules:
         spec = importlib.util.spec_from_file_location("msgpu_artifact_cache", ARTIFACT_CACHE)
@@ -162,7 +162,7 @@ def render(records: list[tuple[dict[str, str], dict[str, Any]]], date: str) -> s
         "# carry. For each shared library with CUDA fat binaries: the architectures of its SASS (cubins for sm_XY,",
         '# written "X.Y") and of its PTX (compute_XY, which the driver JIT-compiles for newer GPUs), from the',
         "# executable fatbin the CUDA runtime loads (.nv_fatbin, as cuobjdump lists it) and the fatbins a library",
-        "# keeps as data (TensorRT's). Each wheel was fetched from PyPI (roles/stack/files/artifact_cache.py) and",
+        "# keeps as data (TensorRT's). Each wheel was fetched from PyPI (roles/artifacts/files/artifact_cache.py) and",
         "# checked against catalog/stacks.yml's sha256, repeated here; component and version keys are the catalog's.",
         f"gpu_code_format: {FORMAT}",
     ]

@@ -1,4 +1,4 @@
-"""The stack role's apt_clean task file (roles/stack/tasks/apt_clean.yml) on a real Ubuntu 20.04 container: after
+"""The stack role's apt_clean task file (roles/host_utils/tasks/apt_clean.yml) on a real Ubuntu 20.04 container: after
 the cuda and cuda_library roles' cuda_repo installs it empties apt's cache of downloaded packages, and a lock
 another apt process holds on that cache is waited for instead of failing the run."""
 
@@ -24,10 +24,10 @@ PLAY = """\
   tasks:
     - name: Empty apt's cache
       ansible.builtin.include_role:
-        name: stack
+        name: host_utils
         tasks_from: apt_clean
       vars:
-        stack_apt_clean_what: the test's packages
+        host_utils_apt_clean_what: the test's packages
 """
 ARCHIVES = "/var/cache/apt/archives"
 # apt locks its cache with fcntl (POSIX) locks, as lockf takes them; flock would not keep apt out.

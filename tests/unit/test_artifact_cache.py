@@ -1,6 +1,7 @@
-"""The controller's artifact cache: the filler (roles/stack/files/artifact_cache.py) against a real
-loopback mirror with injected faults, and the resolver's side (stack_catalog.py: `apply_cache`,
-`cache_manifest`, `cache_wheelhouses`, `cache_components`) that tells it what to fetch."""
+"""The controller's artifact cache: the filler (roles/artifacts/files/artifact_cache.py) against a real
+loopback mirror with injected faults, the resolver's side (stack_catalog.py: `apply_cache`) and the cache's
+filters (roles/artifacts/filter_plugins: `cache_manifest`, `cache_wheelhouses`, `cache_components`) that tell it
+what to fetch."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ import pytest
 from testbed import mirror
 from tests.conftest import ROOT, controller_playbook, load_module
 
-FILLER = ROOT / "roles" / "stack" / "files" / "artifact_cache.py"
+# The cache's filters (what a run fetches), owned by the artifacts role.
+CACHE_FILTERS = load_module("artifacts_cache", ROOT / "roles" / "artifacts" / "filter_plugins" / "artifacts_cache.py")
+
+FILLER = ROOT / "roles" / "artifacts" / "files" / "artifact_cache.py"
 MEMO = ".sha256-memo.json"  # the filler's record of the sha256s it read (artifact_cache.MEMO)
 RETRIES = 2  # every failing file is asked for 1 + RETRIES times
 RUNFILE = "cuda_11.1.0_455.23.05_linux.run"
@@ -600,7 +604,7 @@ def test_offline_with_a_cache_dir_resolves(resolve):
 # --- cache_manifest(), cache_wheelhouses(), cache_components() -----------------------------------
 def test_hosts_with_the_same_stack_need_each_file_once(stack_catalog, resolve):
     stack = resolve(artifact_cache_dir=CACHE_DIR)["stack"]
-    manifest = stack_catalog.cache_manifest([stack, stack, stack], ["cp38"] * 3, ALL_COMPONENTS)
+    manifest = CACHE_FILTERS.cache_manifest([stack, stack, stack], ["cp38"] * 3, ALL_COMPONENTS)
     dests = [e["dest"] for e in manifest]
     assert dests == sorted(set(dests))
     assert set(dests) == {RUNFILE, TARBALL, NCCL_WHEEL, WHEEL}
@@ -608,7 +612,7 @@ def test_hosts_with_the_same_stack_need_each_file_once(stack_catalog, resolve):
 
 def test_hosts_with_different_pythons_need_both_wheels(stack_catalog, resolve):
     stack = resolve(artifact_cache_dir=CACHE_DIR)["stack"]
-    manifest = stack_catalog.cache_manifest([stack, stack], ["cp38", "cp39"], ["mindspore"])
+    manifest = CACHE_FILTERS.cache_manifest([stack, stack], ["cp38", "cp39"], ["mindspore"])
     assert [e["file"] for e in manifest] == [WHEEL, WHEEL.replace("cp38", "cp39")]
 
 
@@ -622,18 +626,18 @@ def test_hosts_with_different_pythons_need_both_wheels(stack_catalog, resolve):
 )
 def test_the_manifest_holds_only_the_chosen_components(stack_catalog, resolve, components, files):
     stack = resolve(artifact_cache_dir=CACHE_DIR)["stack"]
-    assert [e["file"] for e in stack_catalog.cache_manifest([stack], ["cp38"], components)] == files
+    assert [e["file"] for e in CACHE_FILTERS.cache_manifest([stack], ["cp38"], components)] == files
 
 
 def test_the_mnist_component_lists_the_dataset(stack_catalog, resolve, catalog):
     stack = resolve(artifact_cache_dir=CACHE_DIR)["stack"]
-    manifest = stack_catalog.cache_manifest([stack], ["cp38"], ["mnist"])
+    manifest = CACHE_FILTERS.cache_manifest([stack], ["cp38"], ["mnist"])
     assert sorted(e["dest"] for e in manifest) == sorted(f"mnist/{name}" for name in catalog["mnist"]["files"])
 
 
 def test_one_wheelhouse_per_python_tag(stack_catalog, resolve):
     stack = resolve(artifact_cache_dir=CACHE_DIR)["stack"]
-    houses = stack_catalog.cache_wheelhouses([stack, stack, stack], ["cp38", "cp39", "cp38"], ALL_COMPONENTS)
+    houses = CACHE_FILTERS.cache_wheelhouses([stack, stack, stack], ["cp38", "cp39", "cp38"], ALL_COMPONENTS)
     base = f"{CACHE_DIR}/wheelhouse/mindspore-gpu-1.5.1"
     assert houses == [
         {
@@ -650,9 +654,9 @@ def test_one_wheelhouse_per_python_tag(stack_catalog, resolve):
 
 def test_no_wheelhouse_without_mindspore_or_without_a_cache(stack_catalog, resolve):
     cached = resolve(artifact_cache_dir=CACHE_DIR)["stack"]
-    assert stack_catalog.cache_wheelhouses([cached], ["cp38"], ["cuda", "cudnn"]) == []
-    assert stack_catalog.cache_wheelhouses([resolve()["stack"]], ["cp38"], ALL_COMPONENTS) == []
-    assert stack_catalog.cache_wheelhouses([cached], ["cp310"], ALL_COMPONENTS) == []  # no wheel for it
+    assert CACHE_FILTERS.cache_wheelhouses([cached], ["cp38"], ["cuda", "cudnn"]) == []
+    assert CACHE_FILTERS.cache_wheelhouses([resolve()["stack"]], ["cp38"], ALL_COMPONENTS) == []
+    assert CACHE_FILTERS.cache_wheelhouses([cached], ["cp310"], ALL_COMPONENTS) == []  # no wheel for it
 
 
 PRESENT = dict.fromkeys(ALL_COMPONENTS, "present")
@@ -686,7 +690,7 @@ PRESENT = dict.fromkeys(ALL_COMPONENTS, "present")
     ],
 )
 def test_cache_components(stack_catalog, states, run_tags, skip_tags, chosen, expected):
-    assert stack_catalog.cache_components(states, run_tags, skip_tags, chosen) == expected
+    assert CACHE_FILTERS.cache_components(states, run_tags, skip_tags, chosen) == expected
 
 
 # --- the resolver's manifest, filled from a mirror --------------------------------------------------
@@ -720,7 +724,7 @@ def test_the_resolved_manifest_fills_the_cache_from_a_mirror(filler, stack_catal
         result = stack_catalog.resolve_stack(catalog, settings)
         assert result["errors"] == []
         stack = result["stack"]
-        manifest = stack_catalog.cache_manifest([stack, stack], ["cp38", "cp37"], ALL_COMPONENTS)
+        manifest = CACHE_FILTERS.cache_manifest([stack, stack], ["cp38", "cp37"], ALL_COMPONENTS)
         filled = fill(filler, manifest, cache)
         again = fill(filler, manifest, cache)
 
@@ -758,7 +762,7 @@ def test_tensorrt_wheels_are_cached_per_python_tag_like_mindspores(resolve, stac
     downloads = [d for d in stack["artifact_cache"]["downloads"] if d["component"] == "tensorrt"]
     assert {d["python_tag"]: d["file"] for d in downloads} == {t: w["file"] for t, w in wheels.items()}
     assert all(d["package"] == "nvidia-tensorrt" for d in downloads)
-    cp38 = stack_catalog.cache_manifest([stack], ["cp38"], ["tensorrt"])
+    cp38 = CACHE_FILTERS.cache_manifest([stack], ["cp38"], ["tensorrt"])
     assert [e["file"] for e in cp38] == [catalog_files["cp38"]["file"]]
 
 
@@ -919,7 +923,7 @@ def test_the_preflight_names_an_unwritable_cache_folder_instead_of_a_template_er
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    settings = {"stack_artifact_cache_dir": str(blocker / "cache"), "stack_cache_components": ["mindspore"]}
+    settings = {"stack_artifact_cache_dir": str(blocker / "cache"), "artifacts_cache_components": ["mindspore"]}
     result = controller_playbook(tmp_path, "playbooks/fetch.yml", {"h1": host}, "-e", json.dumps(settings))
     output = " ".join(result.stdout.replace("''", "'").split())
     assert result.returncode != 0

@@ -1,5 +1,5 @@
-"""The `stack_dpkg_installed` filter (roles/stack/filter_plugins/stack_dpkg.py), which every role that reads
-dpkg's state before calling apt uses: fed by this machine's real dpkg-query with each showformat the roles
+"""The `host_utils_dpkg_installed` filter (roles/host_utils/filter_plugins/host_utils_dpkg.py), which every role
+that reads dpkg's state before calling apt uses: fed by this machine's real dpkg-query with each showformat the roles
 use (read from their task files), and with the states an interrupted install leaves."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import ROOT, load_module
 
-FILTER = load_module("stack_dpkg", ROOT / "roles" / "stack" / "filter_plugins" / "stack_dpkg.py").dpkg_installed
+PLUGIN = ROOT / "roles" / "host_utils" / "filter_plugins" / "host_utils_dpkg.py"
+FILTER = load_module("host_utils_dpkg", PLUGIN).dpkg_installed
 USERS = [
     "roles/nvidia_driver/tasks/present.yml",
     "roles/nvidia_driver/tasks/absent.yml",
@@ -29,7 +30,7 @@ def _formats() -> set[str]:
     found = set()
     for path in USERS:
         text = (ROOT / path).read_text()
-        assert "stack_dpkg_installed" in text, f"{path} no longer reads dpkg through the filter"
+        assert "host_utils_dpkg_installed" in text, f"{path} no longer reads dpkg through the filter"
         for fmt in FORMAT.findall(text):
             # YAML: a double-quoted "\\n" and a folded scalar's "\n" are both the two characters dpkg reads.
             found.add(fmt + "\\n")
@@ -78,8 +79,8 @@ def test_a_skipped_read_gives_nothing():
 
 
 def test_ansible_loads_it_as_a_filter():
-    module = load_module("stack_dpkg_entry", ROOT / "roles" / "stack" / "filter_plugins" / "stack_dpkg.py")
-    assert module.FilterModule().filters()["stack_dpkg_installed"] is module.dpkg_installed
+    module = load_module("host_utils_dpkg_entry", PLUGIN)
+    assert module.FilterModule().filters()["host_utils_dpkg_installed"] is module.dpkg_installed
     # The file name is unique among the roles' filter plugins (ansible-core 2.15.5+ mixes up same-named ones).
     names = [p.name for p in ROOT.glob("roles/*/filter_plugins/*.py")]
     assert len(names) == len(set(names)), names

@@ -1,4 +1,4 @@
-"""Several reads of a host in one call (roles/stack/files/host_read.py, through roles/stack/tasks/read.yml):
+"""Several reads of a host in one call (roles/host_utils/files/host_read.py, through roles/host_utils/tasks/read.yml):
 run as the role runs it (`python3 -c SOURCE PROBES`) on real files, accounts and programs of this machine.
 The roles decide from its answers whether to install (markers), where a virtualenv is (an owner's home),
 and which release is there (a program run as the owner), so each kind of probe is checked for the answer
@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-PROBE = ROOT / "roles" / "stack" / "files" / "host_read.py"
+PROBE = ROOT / "roles" / "host_utils" / "files" / "host_read.py"
 ME = pwd.getpwuid(os.getuid())
 NOBODY = "msgpu-no-such-account"
 

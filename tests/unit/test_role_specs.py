@@ -184,11 +184,10 @@ def test_specs_and_defaults_agree(role):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("role", ROLES)
+# A role without settings of its own (the internal host_utils) has no defaults file.
+@pytest.mark.parametrize("role", [r for r in ROLES if (ROOT / "roles" / r / "defaults" / "main.yml").is_file()])
 def test_defaults_hold_values_only(role):
     defaults_file = ROOT / "roles" / role / "defaults" / "main.yml"
-    if not defaults_file.is_file():
-        pytest.skip(f"{role} has no defaults/main.yml")
     problems = prose_problems(role, defaults_file.read_text())
     assert not problems, "\n".join(problems)
 

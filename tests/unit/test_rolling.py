@@ -149,7 +149,7 @@ def test_a_host_lost_in_an_earlier_batch_stops_a_rolling_run(tmp_path):
     playbook = tmp_path / "component.yml"
     playbook.write_text(yaml.safe_dump([play]))
     # What site.yml's preflight leaves: the host checked, the cache filled, dpkg checked.
-    done = {"stack_host": {}, "stack_cache_done": True, "stack_dpkg_checked": True}
+    done = {"stack_host": {}, "artifacts_cache_done": True, "host_utils_dpkg_checked": True}
     hosts = {"h1": LOCAL, "h9": DOWN, "h2": LOCAL}
     result = ansible(tmp_path, playbook, done, ["-e", "stack_serial=2"], hosts)
     flat = " ".join(result.stdout.split())

@@ -6,7 +6,10 @@ import re
 
 import pytest
 
-from tests.conftest import RESOLVER_REFUSALS
+from tests.conftest import RESOLVER_REFUSALS, ROOT, load_module
+
+# The cache's filters (what a run fetches), owned by the artifacts role.
+CACHE_FILTERS = load_module("artifacts_cache", ROOT / "roles" / "artifacts" / "filter_plugins" / "artifacts_cache.py")
 
 
 def errors_for(stack_catalog, catalog, pinned, **settings) -> list[str]:
@@ -145,7 +148,7 @@ def test_serving_2_0_comes_from_pypi_with_its_pins(resolve, stack_catalog):
     downloads = [d for d in stack["artifact_cache"]["downloads"] if d["component"] == "serving"]
     assert {d["python_tag"] for d in downloads} == {"cp37", "cp38", "cp39"}
     # The wheelhouse holds Serving's dependencies too; the two big wheels are cached on their own.
-    (house,) = stack_catalog.cache_wheelhouses([stack], ["cp38"], ["serving"])
+    (house,) = CACHE_FILTERS.cache_wheelhouses([stack], ["cp38"], ["serving"])
     assert house["requirements"] == [
         "mindspore==2.0.0",
         "pillow<10",
@@ -161,7 +164,7 @@ def test_serving_2_0_comes_from_pypi_with_its_pins(resolve, stack_catalog):
 
 def test_vendor_serving_wheelhouse_uses_the_catalogs_dependency_list(resolve, stack_catalog, catalog):
     stack = resolve(serving_enabled=True, artifact_cache_dir="/srv/cache")["stack"]
-    (house,) = stack_catalog.cache_wheelhouses([stack], ["cp38"], ["mindspore", "serving"])
+    (house,) = CACHE_FILTERS.cache_wheelhouses([stack], ["cp38"], ["mindspore", "serving"])
     assert "mindspore-serving==1.5.0" not in house["requirements"]  # not on PyPI
     assert (
         house["requirements"][-len(catalog["serving"]["1.5.0"]["dependencies"]) :]

@@ -1,6 +1,6 @@
-"""A role's own files, folders and links with one read (roles/stack/tasks/paths.yml): the `stack_paths_wanted`
-filter turns the role's entries into what roles/stack/files/paths_state.py compares, the probe (run as the role
-runs it: `python3 -c SOURCE WANTED`) names each path that is not as wanted and why, and `stack_paths_todo`
+"""A role's own files, folders and links with one read (roles/host_utils/tasks/paths.yml): the `host_utils_paths_wanted`
+filter turns the role's entries into what roles/host_utils/files/paths_state.py compares, the probe (run as the role
+runs it: `python3 -c SOURCE WANTED`) names each path that is not as wanted and why, and `host_utils_paths_todo`
 picks the entries to write. Real files in a temporary folder; this test runs as any user, so ownership is
 checked against the files' actual owner."""
 
@@ -18,15 +18,17 @@ import pytest
 
 from tests.conftest import ROOT, load_module
 
-PROBE = ROOT / "roles" / "stack" / "files" / "paths_state.py"
-stack_paths = load_module("stack_paths", ROOT / "roles" / "stack" / "filter_plugins" / "stack_paths.py")
+PROBE = ROOT / "roles" / "host_utils" / "files" / "paths_state.py"
+host_utils_paths = load_module(
+    "host_utils_paths", ROOT / "roles" / "host_utils" / "filter_plugins" / "host_utils_paths.py"
+)
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 MY_GROUP = grp.getgrgid(os.getgid()).gr_name
 
 
 def _probe(entries: list[dict]) -> dict[str, str]:
-    wanted = json.dumps(stack_paths.paths_wanted(entries))
+    wanted = json.dumps(host_utils_paths.paths_wanted(entries))
     done = subprocess.run([sys.executable, "-c", PROBE.read_text(), wanted], capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 
@@ -107,7 +109,7 @@ def test_a_link_to_a_folder_is_that_folder_and_a_file_in_place_of_a_link_is_not_
 
 def test_the_sha1_is_of_the_bytes_copy_writes_and_only_given_attributes_are_passed():
     """The sha1 is `printf 'π\\n' | sha1sum` (the UTF-8 bytes); an empty owner is not passed."""
-    wanted = stack_paths.paths_wanted(
+    wanted = host_utils_paths.paths_wanted(
         [{"path": "/etc/msgpu/env/x.sh", "state": "file", "content": "π\n", "mode": "0644", "owner": ""}]
     )
     assert wanted == [
@@ -131,7 +133,7 @@ def test_the_sha1_is_of_the_bytes_copy_writes_and_only_given_attributes_are_pass
 )
 def test_a_malformed_entry_is_refused_with_the_path_and_what_is_missing(entry, message):
     with pytest.raises(ValueError, match=message):
-        stack_paths.paths_wanted([entry])
+        host_utils_paths.paths_wanted([entry])
 
 
 def test_todo_picks_the_reported_entries_of_a_kind_from_the_registered_read():
@@ -141,13 +143,13 @@ def test_todo_picks_the_reported_entries_of_a_kind_from_the_registered_read():
         {"path": "/c", "state": "file", "content": "c"},
     ]
     read = {"stdout": json.dumps({"/a": "missing", "/c": "content differs"}), "rc": 0}
-    assert stack_paths.paths_todo(entries, read, "file") == [entries[2]]
-    assert stack_paths.paths_todo(entries, read) == [entries[0], entries[2]]
-    assert stack_paths.paths_todo(entries, {}, "directory") == []
+    assert host_utils_paths.paths_todo(entries, read, "file") == [entries[2]]
+    assert host_utils_paths.paths_todo(entries, read) == [entries[0], entries[2]]
+    assert host_utils_paths.paths_todo(entries, {}, "directory") == []
 
 
 def test_absent_entries_remove_what_is_there_in_order_each_path_once(tmp_path: Path) -> None:
-    """`stack_paths_absent` (a role's uninstall): one removal entry per path, in the given order (markers
+    """`host_utils_paths_absent` (a role's uninstall): one removal entry per path, in the given order (markers
     first), duplicates and empty paths left out; the probe names only the paths that exist (a file, a folder,
     a dangling link), so a second uninstall has nothing to do."""
     marker, folder, link = tmp_path / ".msgpu-installed", tmp_path / "prefix", tmp_path / "dangling"
@@ -156,7 +158,7 @@ def test_absent_entries_remove_what_is_there_in_order_each_path_once(tmp_path: P
     (folder / "lib").mkdir()
     link.symlink_to(tmp_path / "nowhere")
     gone = tmp_path / "never-there"
-    entries = stack_paths.paths_absent([str(marker), folder, "", None, str(folder), link, gone])
+    entries = host_utils_paths.paths_absent([str(marker), folder, "", None, str(folder), link, gone])
     assert entries == [
         {"path": str(marker), "state": "absent"},
         {"path": str(folder), "state": "absent"},
@@ -165,7 +167,7 @@ def test_absent_entries_remove_what_is_there_in_order_each_path_once(tmp_path: P
     ]
     found = _probe(entries)
     assert sorted(found) == sorted([str(marker), str(folder), str(link)]), found
-    assert [e["path"] for e in stack_paths.paths_todo(entries, found, "absent")] == [
+    assert [e["path"] for e in host_utils_paths.paths_todo(entries, found, "absent")] == [
         str(marker),
         str(folder),
         str(link),

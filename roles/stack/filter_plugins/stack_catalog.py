@@ -56,6 +56,11 @@ def _allowed(values: Any) -> str:
     return ", ".join(items) if items else "(none)"
 
 
+def _whole(value: Any) -> Any:
+    """A whole-number setting as a number ("3" from a template is 3); anything else as it is."""
+    return int(value) if str(value).strip().isdigit() else value
+
+
 def _is_number(value: Any) -> bool:
     """YAML's unquoted 11.10 is the float 11.1, 470 the int 470: versions must be strings."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -156,7 +161,7 @@ class _Resolver:
             art["local_path"] = local[name]
             if art.get("sha256"):
                 # A pinned file given as the user's copy: the preflight hashes the copy against the pin before
-                # any host changes (tasks/config.yml, files/artifact_cache.py --check-local).
+                # any host changes (the artifacts role's tasks/check_local.yml: artifact_cache.py --check-local).
                 art["local_pin"] = (
                     f"stack_artifact_checksums.{name}"
                     if name in checksums
@@ -434,7 +439,7 @@ class _Resolver:
         With stack_artifact_cache_dir set, every pinned file the chosen methods need gets a
         `local_path` in the cache (the roles then copy it from the controller instead of each host
         downloading it) and an entry in `artifact_cache.downloads` (where it comes from: a URL, or a
-        package on the pip index). The files themselves are fetched by the stack role's cache.yml.
+        package on the pip index). The files themselves are fetched by the artifacts role's cache.yml.
         """
         cache = self.setting("artifact_cache_dir", "")
         offline = self.setting("offline", False)
@@ -492,6 +497,11 @@ class _Resolver:
         resolved["artifact_cache"] = {
             "dir": cache,
             "offline": offline,
+            # How often the controller's filler tries a failed download, and how far apart (the artifacts
+            # role's cache.yml reads them here, with the rest of the cache's settings).
+            # (Their kind is checked with the other settings' before anything runs: tasks/specs.yml.)
+            "retries": _whole(self.setting("artifact_cache_retries", 3)),
+            "delay": _whole(self.setting("artifact_cache_delay", 10)),
             "downloads": downloads,
             # MindSpore's dependencies for the venv, fetched as wheels for the host's Python.
             "wheelhouse": f"{cache}/wheelhouse/{resolved['mindspore']['package']}-{resolved['mindspore']['version']}"
@@ -742,21 +752,9 @@ class _Resolver:
         }
 
 
-def cache_manifest(stacks: list[dict[str, Any]], python_tags: list[str], components: list[str]) -> list[dict[str, Any]]:
-    """The files the controller's cache must hold for these hosts: each host's resolved stack,
-    its Python tag (the MindSpore wheel is per interpreter), only the components this run installs,
-    each file once (by its place in the cache)."""
-    manifest: dict[str, dict[str, Any]] = {}
-    for stack, tag in zip(stacks, python_tags):
-        for entry in stack.get("artifact_cache", {}).get("downloads", []):
-            if entry["component"] in components and entry["python_tag"] in ("", tag):
-                manifest.setdefault(entry["dest"], entry)
-    return [manifest[dest] for dest in sorted(manifest)]
-
-
 def local_pins(stacks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The user's copies (stack_local_artifacts) of pinned files that these hosts' stacks install, each once:
-    {file, path, sha256, pin, setting}, for files/artifact_cache.py --check-local in the preflight."""
+    {file, path, sha256, pin, setting}, for artifact_cache.py --check-local in the preflight (artifacts role)."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for stack in stacks:
         if not stack:
@@ -774,51 +772,6 @@ def local_pins(stacks: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     },
                 )
     return [found[key] for key in sorted(found)]
-
-
-def cache_wheelhouses(stacks: list[dict[str, Any]], python_tags: list[str], components: list[str]) -> list[dict]:
-    """One wheelhouse of MindSpore's dependencies per (stack, Python tag) of the hosts, when the
-    cache is on and the run installs MindSpore (or Serving, whose dependencies it also holds)."""
-    houses: dict[str, dict[str, Any]] = {}
-    if "mindspore" not in components and "serving" not in components:
-        return []
-    for stack, tag in zip(stacks, python_tags):
-        base = stack.get("artifact_cache", {}).get("wheelhouse", "")
-        ms = stack.get("mindspore", {})
-        if base and tag in ms.get("wheels", {}):
-            requirements = [f"{ms['package']}=={ms['version']}", *ms.get("pins", [])]
-            exclude = [ms["wheels"][tag]["file"]]
-            serving = stack.get("serving", {})
-            if serving.get("enabled") and tag in serving.get("wheels", {}):
-                wheel = serving["wheels"][tag]
-                # A PyPI release brings its own dependencies; the vendor's wheel is not on the index,
-                # so the catalog lists its dependencies instead.
-                if wheel.get("source") == "pypi":
-                    requirements.append(f"{serving['package']}=={serving['version']}")
-                requirements += [*serving.get("dependencies", []), *serving.get("pins", [])]
-                exclude.append(wheel["file"])
-            houses.setdefault(
-                f"{base}-{tag}",
-                {
-                    "dir": f"{base}-{tag}",
-                    "python_tag": tag,
-                    "requirements": requirements,
-                    "exclude": exclude,
-                    "index_url": stack.get("sources", {}).get("pypi", ""),
-                },
-            )
-    return [houses[key] for key in sorted(houses)]
-
-
-def cache_components(
-    states: dict[str, str], run_tags: list[str], skip_tags: list[str], chosen: list[str] | None = None
-) -> list[str]:
-    """The components whose files a run needs: `chosen` (a standalone playbook's own), or those a
-    site.yml run selects with --tags/--skip-tags; either way only those whose state is present."""
-    if chosen is None:
-        chosen = [c for c in states if "all" in run_tags or c in run_tags or f"role::{c}" in run_tags]
-        chosen = [c for c in chosen if c not in skip_tags and f"role::{c}" not in skip_tags]
-    return [c for c in chosen if states.get(c, "present") == "present"]
 
 
 def file_sha256(path: str) -> str:
@@ -906,8 +859,5 @@ class FilterModule:
             "stack_resolve": resolve_stack,
             "stack_order": stack_order,
             "stack_version_key": version_key,
-            "stack_cache_manifest": cache_manifest,
-            "stack_cache_components": cache_components,
-            "stack_cache_wheelhouses": cache_wheelhouses,
             "stack_local_pins": local_pins,
         }

@@ -1,7 +1,7 @@
-"""Which of a role's own small files, folders and links on this host are not as wanted (roles/stack/tasks/paths.yml).
+"""Which of a role's own small files, folders and links on this host are not as wanted (host_utils: tasks/paths.yml).
 
-Run as `python3 -c SOURCE WANTED` (the stack role passes this file's text), standard library only, on the
-host's python3 (Ubuntu 20.04: 3.8). WANTED is a JSON list of entries, as the `stack_paths_wanted` filter
+Run as `python3 -c SOURCE WANTED` (the host_utils role passes this file's text), standard library only, on the
+host's python3 (Ubuntu 20.04: 3.8). WANTED is a JSON list of entries, as the `host_utils_paths_wanted` filter
 makes them:
 
     {"path": "/etc/x", "state": "file", "sha1": "...", "owner": "root", "group": "root", "mode": "0644"}

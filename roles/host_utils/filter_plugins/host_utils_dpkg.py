@@ -1,4 +1,4 @@
-"""What dpkg says is installed: the `stack_dpkg_installed` filter, for every role that reads dpkg's state
+"""What dpkg says is installed: the `host_utils_dpkg_installed` filter, for every role that reads dpkg's state
 before it calls apt (a re-run that finds every package installed skips apt and its async poll; a branch or
 module-source change finds the packages to remove).
 
@@ -28,4 +28,4 @@ class FilterModule:
     """Ansible filter plugin entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"stack_dpkg_installed": dpkg_installed}
+        return {"host_utils_dpkg_installed": dpkg_installed}

@@ -1,6 +1,6 @@
-"""A role's own small files, folders and links (roles/stack/tasks/paths.yml): the `stack_paths_wanted` filter
-gives files/paths_state.py what it compares (each file's sha1 instead of its content), `stack_paths_todo` the
-entries it found different, `stack_paths_absent` removal entries for a list of paths (a role's uninstall).
+"""A role's own small files, folders and links (roles/host_utils/tasks/paths.yml): the `host_utils_paths_wanted` filter
+gives files/paths_state.py what it compares (each file's sha1 instead of its content), `host_utils_paths_todo` the
+entries it found different, `host_utils_paths_absent` removal entries for a list of paths (a role's uninstall).
 Standard library only, like stack_catalog.py.
 
 An entry: ``{"path", "state": "file" | "directory" | "link" | "absent", "content" (file), "src" (link),
@@ -19,14 +19,14 @@ ATTRIBUTES = ("owner", "group", "mode")
 
 def _check(entry: Any) -> None:
     if not isinstance(entry, dict) or not entry.get("path"):
-        raise ValueError(f"stack_paths: an entry needs a path: {entry!r}")
+        raise ValueError(f"host_utils_paths: an entry needs a path: {entry!r}")
     state = entry.get("state")
     if state not in STATES:
-        raise ValueError(f"stack_paths: {entry['path']}: state {state!r} is not one of {', '.join(STATES)}")
+        raise ValueError(f"host_utils_paths: {entry['path']}: state {state!r} is not one of {', '.join(STATES)}")
     if state == "file" and not isinstance(entry.get("content"), str):
-        raise ValueError(f"stack_paths: {entry['path']}: a file needs its content (a string)")
+        raise ValueError(f"host_utils_paths: {entry['path']}: a file needs its content (a string)")
     if state == "link" and not entry.get("src"):
-        raise ValueError(f"stack_paths: {entry['path']}: a link needs its src")
+        raise ValueError(f"host_utils_paths: {entry['path']}: a link needs its src")
 
 
 def paths_wanted(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -70,4 +70,8 @@ class FilterModule:
     """Ansible filter plugin entry point."""
 
     def filters(self) -> dict[str, Any]:
-        return {"stack_paths_wanted": paths_wanted, "stack_paths_todo": paths_todo, "stack_paths_absent": paths_absent}
+        return {
+            "host_utils_paths_wanted": paths_wanted,
+            "host_utils_paths_todo": paths_todo,
+            "host_utils_paths_absent": paths_absent,
+        }

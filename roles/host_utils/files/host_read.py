@@ -1,4 +1,4 @@
-"""Several reads of the host in one call (roles/stack/tasks/read.yml): a role's accounts, markers, interpreters.
+"""Several reads of the host in one call (roles/host_utils/tasks/read.yml): a role's accounts, markers, interpreters.
 
 Run as `python3 -c SOURCE PROBES` (the stack role passes this file's text), standard library only, on the
 host's python3 (Ubuntu 20.04: 3.8). PROBES is a JSON list; each probe has a `key` (its name in the answer)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fill the controller's artifact cache: fetch each file once, check its sha256, keep it.
 
-Run by the stack role (tasks/cache.yml) on the controller, and usable alone:
+Run by the artifacts role (tasks/cache.yml, tasks/check_local.yml) on the controller, and usable alone:
 
     python3 artifact_cache.py --cache DIR --manifest FILE [--offline] [--json OUT]
 
