@@ -27,6 +27,8 @@ ALL_ROLES = {"stack_serving_enabled": True, "stack_driver_method": "cuda_repo"}
 STAGES = {
     # The stack role's own spec (checked first, in tasks/config.yml).
     "stack-spec": {},
+    # The kinds of the stack role's own settings (its meta/settings.yml; tasks/config.yml, after the spec).
+    "stack-rules": {},
     # Types and choices from each role's meta/argument_specs.yml (tasks/roles.yml, controller side).
     "spec": ALL_ROLES,
     # Rules a spec cannot say: paths, URLs, numbers in range, names, files on the controller.
@@ -40,7 +42,7 @@ STAGES = {
     "injection-mindspore": {},
 }
 # Stages that never contact the host: their checks run on the controller only.
-CONTROLLER_STAGES = {"stack-spec", "spec", "rules"}
+CONTROLLER_STAGES = {"stack-spec", "stack-rules", "spec", "rules"}
 
 INJECTED = "/usr/bin/python3'; touch /msgpu-pwned; '"
 
@@ -162,6 +164,25 @@ ROWS = [
         id="serving-bool",
     ),
     # Rules a spec cannot say.
+    # The kinds of the stack's own settings: a relative install prefix (every CUDA toolkit's root follows it).
+    row(
+        "stack-rules",
+        {"stack_install_prefix": "usr/local"},
+        'stack_install_prefix: "usr/local" is not allowed; allowed: an absolute path (default: "/usr/local").',
+        id="stack-prefix",
+    ),
+    row(
+        "stack-rules",
+        {"stack_artifact_cache_dir": "cache/msgpu"},
+        'stack_artifact_cache_dir: "cache/msgpu" is not allowed; allowed: "" (off) or an absolute path.',
+        id="stack-cache-dir",
+    ),
+    row(
+        "rules",
+        {"serving_cuda_cache_path": "nv/ComputeCache"},
+        'serving_cuda_cache_path: "nv/ComputeCache" is not allowed; allowed: "" (the default) or an absolute path.',
+        id="serving-cuda-cache",
+    ),
     row(
         "rules",
         {"nvidia_driver_reboot_timeout": -5},
