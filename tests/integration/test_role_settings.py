@@ -177,6 +177,13 @@ ROWS = [
         'stack_artifact_cache_dir: "cache/msgpu" is not allowed; allowed: "" (off) or an absolute path.',
         id="stack-cache-dir",
     ),
+    # apt's lock timeout has one owner (stack_apt_lock_timeout); the older name still reaches it, and is checked.
+    row(
+        "stack-rules",
+        {"apt_lock_timeout": "soon"},
+        'stack_apt_lock_timeout: "soon" is not allowed; allowed: a whole number >= 1.',
+        id="stack-apt-lock-timeout",
+    ),
     row(
         "rules",
         {"serving_cuda_cache_path": "nv/ComputeCache"},
