@@ -24,19 +24,13 @@ def setup(c: Context) -> None:
 @task(positional=["action"], help={"action": "up | down | shell | status"})
 def sandbox_host(c: Context, action: str) -> None:
     """Manage the local sandbox host (an Ubuntu 20.04 container without a GPU)."""
-    from testbed import sandbox
-    from testbed.scenarios import SANDBOX_HOST
-
+    name = local.sandbox_host_name()
     if action == "up":
-        print(f"{SANDBOX_HOST} is up; inventory: {local.sandbox_up()}")
-    elif action == "down":
-        sandbox.stop_host(SANDBOX_HOST)
-        print(f"{SANDBOX_HOST} removed")
+        print(f"{name} is up; inventory: {local.sandbox_up()}")
     elif action == "shell":
         local.sandbox_up()
-        os.execvp("docker", ["docker", "exec", "-it", SANDBOX_HOST, "bash", "-l"])
-    elif action == "status":
-        running = sandbox.docker_ready() and sandbox.host_running(SANDBOX_HOST)
-        print(f"{SANDBOX_HOST}: {'running' if running else 'not running'}; image {sandbox.image_tag()}")
+        os.execvp("docker", ["docker", "exec", "-it", name, "bash", "-l"])
+    elif action in ("down", "status"):
+        print(local.sandbox_host_action(action))
     else:
         raise Exit(f"sandbox: unknown action '{action}'; allowed: up, down, shell, status", code=2)

@@ -70,9 +70,9 @@ def provision(
                 code=1,
             ) from exc
         return
-    from testbed.scenarios import SANDBOX_HOST  # no inventory: the test bed's sandbox host
-
-    print(f"No inventory given: provisioning the local sandbox host {SANDBOX_HOST} (no GPU), with NVIDIA's")
+    print(
+        f"No inventory given: provisioning the local sandbox host {local.sandbox_host_name()} (no GPU), with NVIDIA's"
+    )
     print("downloads served from a loopback mirror of fixtures built from NVIDIA's PyPI wheels.")
     with local.fixture_mirror() as group_vars:
         run(c, site(str(local.sandbox_up(group_vars))), what="ansible-playbook site.yml")
@@ -200,11 +200,7 @@ def bench(
     """The full LeNet5 benchmark (verify_bench_epochs epochs, all of MNIST) and the seed's script for the ratio."""
     folder = Path(out).resolve() if out else RESULTS / "bench"
     if fleet:
-        from testbed import fixtures, fleet_bench, scenarios  # the fleet benchmark runs on the test bed
-
-        results = fleet_bench.run(
-            folder, full, lambda root, url: scenarios.sandbox_group_vars(root, fixtures.inventory_vars(root, url))
-        )
+        results = local.fleet_bench(folder, full)  # the fleet benchmark runs on the test bed
         print(json.dumps(results, indent=2))
         print(f"Numbers: {folder / 'bench-fleet.json'}")
         return
@@ -261,13 +257,9 @@ def fetch(c: Context, inventory: str = "", cache: str = "", extra: str = "") -> 
         if inventory:
             target = target_inventory(inventory)
         else:
-            from testbed import sandbox, scenarios  # no inventory: the sandbox host's settings
-
-            group_vars = stack.enter_context(local.fixture_mirror())
-            inventory_file = sandbox.CACHE / "fetch" / "inventory.yml"
-            target = str(sandbox.write_inventory(inventory_file, [scenarios.SANDBOX_HOST], group_vars))
-            folder = folder or Path(group_vars["stack_artifact_cache_dir"])
-            scenarios.seed_mnist(folder)
+            # No inventory: the sandbox host's settings.
+            target, sandbox_cache = local.fetch_inventory(stack.enter_context(local.fixture_mirror()))
+            folder = folder or sandbox_cache
         stop = threading.Event()
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,11 @@
 """The local test bed for commands run without an inventory: the sandbox host (an Ubuntu 20.04 container
 without a GPU), its image, and the loopback mirror of NVIDIA fixtures.
 
-Each function imports the test bed itself, so loading this module loads none of it: a real fleet's
-commands never do. The test bed's errors become the CLI's (invoke's Exit, with the exit code).
+The one seam between the operator's commands and the test bed (testbed/): cli/fleet.py and cli/dev.py reach
+the test bed only through the functions here (tests/unit/test_cli_seam.py holds them to it); cli/checks.py,
+the test command, runs the test bed itself. Each function imports the test bed itself, so loading this module
+loads none of it: a real fleet's commands never do. The test bed's errors become the CLI's (invoke's Exit,
+with the exit code).
 """
 
 from __future__ import annotations
@@ -82,3 +85,43 @@ def fixture_mirror() -> Iterator[dict]:
         except fixtures.FixtureError as exc:
             raise Exit(f"fixtures: {exc}", code=1) from exc
         yield group_vars
+
+
+def sandbox_host_name() -> str:
+    """The container name of the local sandbox host."""
+    from testbed.scenarios import SANDBOX_HOST
+
+    return SANDBOX_HOST
+
+
+def sandbox_host_action(action: str) -> str:
+    """`./toolkit sandbox`: down or status of the local sandbox host; its status line."""
+    from testbed import sandbox
+    from testbed.scenarios import SANDBOX_HOST
+
+    if action == "down":
+        sandbox.stop_host(SANDBOX_HOST)
+        return f"{SANDBOX_HOST} removed"
+    running = sandbox.docker_ready() and sandbox.host_running(SANDBOX_HOST)
+    return f"{SANDBOX_HOST}: {'running' if running else 'not running'}; image {sandbox.image_tag()}"
+
+
+def fleet_bench(folder: Path, full: bool) -> dict:
+    """The fleet benchmark on sandbox hosts (testbed/fleet_bench.py), with the fixture mirror's group vars."""
+    from testbed import fixtures, fleet_bench, scenarios
+
+    return fleet_bench.run(
+        folder, full, lambda root, url: scenarios.sandbox_group_vars(root, fixtures.inventory_vars(root, url))
+    )
+
+
+def fetch_inventory(group_vars: dict) -> tuple[str, Path]:
+    """The sandbox host's inventory for `./toolkit fetch` without an inventory (written with `group_vars`), and
+    its artifact cache folder, MNIST seeded into it."""
+    from testbed import sandbox, scenarios
+
+    inventory_file = sandbox.CACHE / "fetch" / "inventory.yml"
+    target = str(sandbox.write_inventory(inventory_file, [scenarios.SANDBOX_HOST], group_vars))
+    folder = Path(group_vars["stack_artifact_cache_dir"])
+    scenarios.seed_mnist(folder)
+    return target, folder
