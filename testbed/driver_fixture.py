@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import yaml
+
 from testbed import fixtures, sandbox
 
 SOURCE = "nvidia_driver"
@@ -54,9 +56,9 @@ class Deb:
         return f"{self.package}_{self.version}_amd64.deb"
 
 
-# The driver branch these packages carry, its real release and the packages with their sha256: from
-# the catalog's `driver_fixture_debs` (versions live only in the catalog).
-_PINS = fixtures.load_catalog()["driver_fixture_debs"]
+# The driver branch these packages carry, its real release and the packages with their sha256: test-bed
+# data, beside this file (testbed/driver_fixture_debs.yml), not in the catalog the operators' runs read.
+_PINS = yaml.safe_load((Path(__file__).with_name("driver_fixture_debs.yml")).read_text())
 BRANCH = str(_PINS["branch"])
 REAL_VERSION = str(_PINS["release"])
 DEBS = tuple(Deb(package, str(_PINS["ubuntu_version"]), sha256) for package, sha256 in _PINS["sha256"].items())

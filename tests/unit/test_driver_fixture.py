@@ -174,3 +174,13 @@ def test_real_fixture_carries_nvidias_binaries_and_module_sources(catalog):
         conf = dkms_conf.read().decode()
         assert f'PACKAGE_VERSION="{driver_fixture.REAL_VERSION}"' in conf and 'AUTOINSTALL="yes"' in conf
         assert f"{top}/kernel/nvidia/nv.c" in tar.getnames()
+
+
+def test_the_fixture_debs_are_test_bed_data_of_a_branch_the_catalog_offers():
+    """The packages the runfile fixture is built from live beside it (testbed/driver_fixture_debs.yml), not in
+    the catalog operators' runs read; their branch is one the catalog offers, with the fixture's release."""
+    catalog = fixtures.load_catalog()
+    assert "driver_fixture_debs" not in catalog
+    assert driver_fixture.BRANCH in catalog["driver"], sorted(catalog["driver"])
+    assert driver_fixture.REAL_VERSION.startswith(driver_fixture.BRANCH + ".")
+    assert all(len(deb.sha256) == 64 for deb in driver_fixture.DEBS) and len(driver_fixture.DEBS) == 5
