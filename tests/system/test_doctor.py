@@ -147,7 +147,8 @@ def image(inventory: Path, healthy) -> Iterator[tuple[str, dict]]:
 
 
 class Broken:
-    """A throwaway copy of the provisioned host, with this checkout's doctor.py and the stack's expectations."""
+    """A throwaway copy of the provisioned host, with this checkout's doctor (its folder, run as a file) and the
+    stack's expectations."""
 
     def __init__(self, image: str, name: str, expected: dict, scratch: Path) -> None:
         self.name = name
@@ -156,7 +157,7 @@ class Broken:
         docker("run", "-d", "--name", name, "--hostname", name, "--label", sandbox.LABEL, "--network", "host", image)
         (scratch / "expect.json").write_text(json.dumps(expected))
         docker("exec", name, "mkdir", "-p", DOCTOR_DIR)
-        docker("cp", str(ROOT / "verify" / "msgpu_verify" / "doctor.py"), f"{name}:{DOCTOR_DIR}/doctor.py")
+        docker("cp", str(ROOT / "verify" / "msgpu_verify" / "doctor"), f"{name}:{DOCTOR_DIR}/doctor")
         docker("cp", str(scratch / "expect.json"), f"{name}:{DOCTOR_DIR}/expect.json")
 
     def sh(self, script: str, user: str = "root", check: bool = True) -> subprocess.CompletedProcess:
@@ -164,7 +165,7 @@ class Broken:
 
     def doctor(self, *args: str, env: dict[str, str] | None = None, user: str = "root") -> tuple[dict, int]:
         flags = [item for key, value in (env or {}).items() for item in ("-e", f"{key}={value}")] + ["-u", user]
-        argv = ["/usr/bin/python3", f"{DOCTOR_DIR}/doctor.py", "--expect", f"{DOCTOR_DIR}/expect.json", "--json", "-"]
+        argv = ["/usr/bin/python3", f"{DOCTOR_DIR}/doctor", "--expect", f"{DOCTOR_DIR}/expect.json", "--json", "-"]
         proc = docker("exec", *flags, self.name, *argv, *args, check=False)
         assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
         return json.loads(proc.stdout), proc.returncode

@@ -188,13 +188,13 @@ def test_the_doctor_explains_a_host_not_yet_rebooted(to_auto: dict, host: str) -
     """On a GPU host the old module stays loaded until the reboot (nvidia_driver_reboot: false, or before
     it): the loaded version is substituted, the user-space library is the host's real new one."""
     loaded = "470.256.02"
-    doctor = ROOT / "verify" / "msgpu_verify" / "doctor.py"
-    subprocess.run(["docker", "cp", str(doctor), f"{host}:/tmp/msgpu-doctor.py"], check=True)
+    doctor = ROOT / "verify" / "msgpu_verify" / "doctor"  # the doctor's folder runs as a file
+    subprocess.run(["docker", "cp", str(doctor), f"{host}:/tmp/msgpu-doctor"], check=True)
     proc = on_host(
         host,
         f"mkdir -p /tmp/msgpu-sys/module/nvidia && echo {loaded} > /tmp/msgpu-sys/module/nvidia/version && "
-        "python3 /tmp/msgpu-doctor.py --sys /tmp/msgpu-sys --json -; rc=$?; "
-        "rm -rf /tmp/msgpu-sys /tmp/msgpu-doctor.py; exit $rc",
+        "python3 /tmp/msgpu-doctor --sys /tmp/msgpu-sys --json -; rc=$?; "
+        "rm -rf /tmp/msgpu-sys /tmp/msgpu-doctor; exit $rc",
     )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     found = {f["id"]: f for f in json.loads(proc.stdout)["findings"]}

@@ -1,7 +1,7 @@
 """The benchmark's feeders (issue 17 part 4): whole batches, reshuffled per epoch, timed alone, and which bound a run.
 
-Training needs MindSpore (tests/system trains for real on the sandbox host); these are bench.py's pure parts,
-with stand-ins for numpy's arrays and Generator (the controller has neither numpy nor MindSpore).
+Training needs MindSpore (tests/system trains for real on the sandbox host); these are the pure parts of bench.py
+and batches.py, with stand-ins for numpy's arrays and Generator (the controller has neither numpy nor MindSpore).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import time
 import pytest
 from msgpu_verify import __main__ as cli
 from msgpu_verify import bench
+from msgpu_verify.batches import ShuffledBatches
 
 
 class Rows:
@@ -39,12 +40,12 @@ class Generator:
         return self.random.sample(range(n), n)
 
 
-def source(n: int = 100, batch: int = 32, seed: int = 1) -> bench.ShuffledBatches:
+def source(n: int = 100, batch: int = 32, seed: int = 1) -> ShuffledBatches:
     # label i belongs to image "img-i": a batch that mixed them up would show
-    return bench.ShuffledBatches(Rows(f"img-{i}" for i in range(n)), Rows(range(n)), batch, Generator(seed))
+    return ShuffledBatches(Rows(f"img-{i}" for i in range(n)), Rows(range(n)), batch, Generator(seed))
 
 
-def epoch(batches: bench.ShuffledBatches):
+def epoch(batches: ShuffledBatches):
     return [(list(x), list(y)) for x, y in batches]
 
 
@@ -78,9 +79,9 @@ def test_the_same_seed_gives_the_same_batches_another_seed_others():
 
 def test_a_source_refuses_what_would_feed_garbage():
     with pytest.raises(ValueError, match="100 images but 99 labels"):
-        bench.ShuffledBatches(Rows(range(100)), Rows(range(99)), 32, Generator(1))
+        ShuffledBatches(Rows(range(100)), Rows(range(99)), 32, Generator(1))
     with pytest.raises(ValueError, match="batch size 0"):
-        bench.ShuffledBatches(Rows(range(100)), Rows(range(100)), 0, Generator(1))
+        ShuffledBatches(Rows(range(100)), Rows(range(100)), 0, Generator(1))
 
 
 def test_measure_feeder_times_building_and_drawing_one_epoch():

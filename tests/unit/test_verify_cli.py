@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from msgpu_verify import __main__ as cli
 from msgpu_verify import bench as bench_mod
-from msgpu_verify import serving
+from msgpu_verify import limits, serving
 
 DATA = ["--data", "/nonexistent/mnist"]
 COMMANDS = {
@@ -96,9 +96,9 @@ def test_defaults_are_within_the_bounds():
         bench_mod.MOMENTUM,
         bench_mod.RANDOM_SEED,
     )
-    assert bench.timeout is None  # run_bench's own default: DEFAULT_TIMEOUT_S, QUICK_TIMEOUT_S with --quick
-    assert (bench_mod.child_timeout(None, False), bench_mod.child_timeout(None, True)) == (900.0, 80.0)
-    assert bench_mod.child_timeout(75, True) == 75.0
+    assert bench.timeout is None  # run_bench's own default: BENCH_TIMEOUT_S, BENCH_QUICK_TIMEOUT_S with --quick
+    assert (limits.bench_timeout_s(None, False), limits.bench_timeout_s(None, True)) == (900.0, 80.0)
+    assert limits.bench_timeout_s(75, True) == 75.0
     assert parse("judge").timeout == 120.0
     assert (parse("mnist").timeout, parse("mnist").retries) == (60.0, 3)
     assert parse("report").slow_below == 0.8

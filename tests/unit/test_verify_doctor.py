@@ -611,7 +611,7 @@ def test_cli_exit_code_json_and_text(tree: Tree, tmp_path: Path, capsys: pytest.
 def test_role_interface_inline_expectations_and_json_line(
     tree: Tree, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """What roles/verify tasks/doctor.yml runs: `python3 doctor.py --json-line --expect-json '<json>'`."""
+    """What roles/verify tasks/doctor.yml runs: `python3 <folder>/doctor --json-line --expect-json '<json>'`."""
     write(tree.proc / "modules", "nouveau 1 0 - Live 0x0\n")
     args = ["--json-line", "--expect-json", json.dumps(tree.expect), "--root", str(tree.root)]
     args += ["--proc", str(tree.proc), "--sys", str(tree.sys)]
@@ -1049,23 +1049,37 @@ def _doctor_file(tmp_path: Path, tree: Tree, script: Path, stub_cuda: Dict[str, 
     return json.loads(done.stdout)
 
 
-def test_doctor_py_as_a_file_runs_the_probe_from_the_files_beside_it(tree: Tree, tmp_path: Path, stub_cuda) -> None:
-    """What the verify role does: doctor.py, judge.py, _proc.py, gpu_probe.py and __init__.py in a folder named
-    msgpu_verify, `python3 <folder>/doctor.py ...` (no PYTHONPATH); doctor.py copied alone runs without it."""
-    folder = tmp_path / "scratch" / "msgpu_verify"
-    folder.mkdir(parents=True)
+def copy_doctor(folder: Path, *beside: str) -> Path:
+    """The doctor's folder (its .py files, as the verify role copies them) into ``folder``, with ``beside`` (files
+    of the package) next to it; the copied doctor folder."""
     source = ROOT / "verify" / "msgpu_verify"
-    for name in (*doctor.PROBE_FILES, "doctor.py"):
+    (folder / "doctor").mkdir(parents=True)
+    for path in sorted((source / "doctor").glob("*.py")):
+        (folder / "doctor" / path.name).write_bytes(path.read_bytes())
+    for name in beside:
         (folder / name).write_bytes((source / name).read_bytes())
-    document = _doctor_file(tmp_path, tree, folder / "doctor.py", stub_cuda, "--gpu-probe")
+    return folder / "doctor"
+
+
+def test_doctor_folder_as_a_file_runs_the_probe_from_the_files_beside_it(tree: Tree, tmp_path: Path, stub_cuda) -> None:
+    """What the verify role does: the doctor's folder with judge.py, _proc.py, gpu_probe.py, compute.py and
+    __init__.py beside it in a folder named msgpu_verify, `python3 <folder>/doctor ...` (no PYTHONPATH); the doctor's
+    folder copied alone runs without them."""
+    script = copy_doctor(tmp_path / "scratch" / "msgpu_verify", *doctor.PROBE_FILES)
+    document = _doctor_file(tmp_path, tree, script, stub_cuda, "--gpu-probe")
     assert document["gpu_probe"]["verdict"] == "KERNEL_FAILED"
     assert by_id(document)["gpu-kernel-failed"]["severity"] == "error"
-    document = _doctor_file(tmp_path, tree, folder / "doctor.py", stub_cuda, "--no-gpu-probe")
+    document = _doctor_file(tmp_path, tree, script / "__main__.py", stub_cuda, "--no-gpu-probe")
     assert document["gpu_probe"]["reason"] == "--no-gpu-probe" and "gpu-kernel-failed" not in by_id(document)
-    (folder / "judge.py").unlink()
-    document = _doctor_file(tmp_path, tree, folder / "doctor.py", stub_cuda, "--gpu-probe")
+    (script.parent / "judge.py").unlink()
+    document = _doctor_file(tmp_path, tree, script, stub_cuda, "--gpu-probe")
     assert document["gpu_probe"]["state"] == "skipped" and "judge.py" in document["gpu_probe"]["reason"]
     assert "gpu-kernel-failed" not in by_id(document)
+    alone = copy_doctor(tmp_path / "alone")
+    alone = alone.rename(alone.with_name("msgpu-doctor"))  # its folder may have any name
+    document = _doctor_file(tmp_path, tree, alone, stub_cuda, "--gpu-probe")
+    assert document["gpu_probe"]["state"] == "skipped" and "(it runs alone)" in document["gpu_probe"]["reason"]
+    assert "gpu-kernel-failed" not in by_id(document) and "nouveau-not-blacklisted" not in by_id(document)
 
 
 # ------------------------------------------------------------------------------------ the stack's GPU code
@@ -1161,19 +1175,16 @@ def test_a_gpu_below_the_probes_ptx_is_not_blamed_on_the_driver(tree: Tree, gpus
     assert "gpu-below-probe" in found and "gpu-kernel-failed" not in found
 
 
-def test_doctor_py_as_a_file_runs_the_gpu_code_rule_from_compute_py_beside_it(
+def test_doctor_folder_as_a_file_runs_the_gpu_code_rule_from_compute_py_beside_it(
     tree: Tree, tmp_path: Path, stub_cuda
 ) -> None:
     assert "compute.py" in doctor.PROBE_FILES
-    folder = tmp_path / "scratch" / "msgpu_verify"
-    folder.mkdir(parents=True)
-    source = ROOT / "verify" / "msgpu_verify"
-    for name in (*doctor.PROBE_FILES, "doctor.py"):
-        (folder / name).write_bytes((source / name).read_bytes())
+    script = copy_doctor(tmp_path / "scratch" / "msgpu_verify", *doctor.PROBE_FILES)
+    folder = script.parent
     tree.expect["gpu_code"] = GPU_CODE
     args = [
         sys.executable,
-        str(folder / "doctor.py"),
+        str(script),
         "--expect-json",
         json.dumps(tree.expect),
         "--root",

@@ -220,9 +220,9 @@ def test_bench_worst_case_is_its_childrens_plus_its_own_work(monkeypatch, quick,
     children = Children(monkeypatch, bench)
     monkeypatch.setattr("msgpu_verify.mnist.is_complete", lambda path: True)
     result = bench.run_bench(data="/prepared", quick=quick, compare_seed=compare_seed, timeout_s=timeout)
-    limit = bench.child_timeout(timeout, quick)
+    limit = limits.bench_timeout_s(timeout, quick)
     assert result["timeout_s"] == limit
-    assert children.limits == [limit] + ([bench.SEED_TIMEOUT_FACTOR * limit] if compare_seed else [])
+    assert children.limits == [limit] + ([limits.SEED_TIMEOUT_FACTOR * limit] if compare_seed else [])
     args = cli.build_parser().parse_args(
         ["bench", "--data", "/prepared"]
         + (["--quick"] if quick else [])

@@ -289,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick",
         action="store_true",
         help=f"at most {bench_mod.QUICK_EPOCHS} epochs (still every image); default --timeout "
-        f"{bench_mod.QUICK_TIMEOUT_S:g} s",
+        f"{limits_mod.BENCH_QUICK_TIMEOUT_S:g} s",
     )
     p.add_argument(
         "--random-seed",
@@ -302,8 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout",
         type=_timeout,
-        help=f"the training child's limit (s; default {bench_mod.DEFAULT_TIMEOUT_S:g}, --quick "
-        f"{bench_mod.QUICK_TIMEOUT_S:g}; the seed's script gets {limits_mod.SEED_TIMEOUT_FACTOR}x it)",
+        help=f"the training child's limit (s; default {limits_mod.BENCH_TIMEOUT_S:g}, --quick "
+        f"{limits_mod.BENCH_QUICK_TIMEOUT_S:g}; the seed's script gets {limits_mod.SEED_TIMEOUT_FACTOR}x it)",
     )
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--json")

@@ -7,7 +7,7 @@ one result line (marker + JSON) and leave with ``os._exit(0)``.
 Why ours is faster than the seed, honestly: the same network, loss, optimiser, learning rate, batch
 size and samples per epoch (every image once, freshly shuffled, full batches only), but the seed's
 decode + resize + rescale (MindSpore's own operators) runs once before training instead of every epoch,
-and both of our feeders hand over whole batches cut from the cached arrays (``ShuffledBatches``; the
+and both of our feeders hand over whole batches cut from the cached arrays (``batches.ShuffledBatches``; the
 same batches for a fixed --random-seed). Without sink mode (on CPU: MindSpore 1.5.1 has no sink mode
 there) each epoch feeds Tensors cut from the cached arrays straight into TrainOneStepCell (what
 Model.train runs per step) instead of a dataset pipeline that competes with training for the CPU
@@ -32,10 +32,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from . import mnist
 from ._proc import RESULT_MARKER, find_result, run_child
-from .limits import SEED_TIMEOUT_FACTOR
+from .limits import SEED_TIMEOUT_FACTOR, bench_timeout_s
 
 # The benchmark's knobs, the defaults of `python -m msgpu_verify bench` (its argparse reads them; the verify role
 # passes its own verify_bench_epochs and verify_bench_timeout explicitly, and a test keeps the role's default epochs
@@ -47,10 +48,6 @@ MOMENTUM = 0.9
 # --quick trains at most QUICK_EPOCHS epochs, of every one of the 60,000 training images (1,875 steps of 32), and
 # tests on all 10,000 test images: nothing is sliced.
 QUICK_EPOCHS = 2
-# The training child's limit without --timeout (seconds); the seed's script (--compare-seed) gets
-# limits.SEED_TIMEOUT_FACTOR times it. limits.bench_s is the whole command's worst case.
-DEFAULT_TIMEOUT_S = 900.0
-QUICK_TIMEOUT_S = 80.0
 QUICK_NOTE = (
     f"quick run: at most {QUICK_EPOCHS} epochs instead of {DEFAULT_EPOCHS}, each of all 60000 training images, and "
     "all 10000 test images. The seed's LeNet5 (default initialisation, lr 0.01) stays near loss 2.30 for its first "
@@ -74,37 +71,6 @@ FEEDER_KINDS = {
     True: "pre-batched GeneratorDataset (sink)",
     False: "Tensors cut from cached arrays (direct loop)",
 }
-
-
-class ShuffledBatches:
-    """Whole batches from cached arrays, freshly shuffled at every ``iter()`` (one epoch each).
-
-    Each epoch draws one permutation from ``rng`` (a numpy Generator; anything with ``permutation(n)``)
-    and yields ``(images[index], labels[index])`` for its first ``len(self)`` full slices of
-    ``batch_size`` (the remainder is dropped, like the seed's drop_remainder). With numpy arrays the
-    index arrays give contiguous copies. The source of ``lenet.batched_dataset`` (sink mode: one
-    GeneratorDataset row per batch) and of ``lenet.epoch_batches`` (the direct loop). Standard library
-    only: the arrays' own indexing does the work.
-    """
-
-    def __init__(self, images: Any, labels: Any, batch_size: int, rng: Any) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch size {batch_size}: must be at least 1")
-        if len(images) != len(labels):
-            raise ValueError(f"{len(images)} images but {len(labels)} labels")
-        self.images = images
-        self.labels = labels
-        self.batch_size = batch_size
-        self.rng = rng
-
-    def __len__(self) -> int:
-        return len(self.images) // self.batch_size
-
-    def __iter__(self) -> Iterator[Tuple[Any, Any]]:
-        order = self.rng.permutation(len(self.images))
-        for start in range(0, len(self) * self.batch_size, self.batch_size):
-            index = order[start : start + self.batch_size]
-            yield self.images[index], self.labels[index]
 
 
 def measure_feeder(kind: str, make_batches: Callable[[], Iterable[Any]], batch_size: int) -> Dict[str, Any]:
@@ -459,11 +425,6 @@ def _run(kind: str, config: Dict[str, Any], timeout_s: float, python: str) -> Di
     return result
 
 
-def child_timeout(timeout_s: Optional[float], quick: bool) -> float:
-    """The training child's limit: ``timeout_s``, else QUICK_TIMEOUT_S with --quick, DEFAULT_TIMEOUT_S without."""
-    return float(timeout_s) if timeout_s else (QUICK_TIMEOUT_S if quick else DEFAULT_TIMEOUT_S)
-
-
 def run_bench(
     device: str = "CPU",
     data: str = "",
@@ -480,15 +441,13 @@ def run_bench(
     random_seed: int = RANDOM_SEED,
     checkpoint: Optional[str] = None,
 ) -> Dict[str, Any]:
-    from . import mnist
-
     started = time.monotonic()
     python = python or sys.executable
     work = Path(tempfile.gettempdir()) / "msgpu-verify-mnist"
     prepared = data if mnist.is_complete(Path(data)) else str(mnist.prepare(data, str(work)))
     if quick:
         epochs = min(epochs, QUICK_EPOCHS)
-    timeout = child_timeout(timeout_s, quick)
+    timeout = bench_timeout_s(timeout_s, quick)
     config = {
         "device": device,
         "data": prepared,

@@ -1,8 +1,8 @@
 """Which GPUs a stack's code can run on: the one rule for the preflight, the verify role and the doctor.
 
 Standard library only, Python 3.8 to 3.12, no relative imports: the stack role's filter plugin loads this
-file by path on the controller (roles/stack/filter_plugins/gpu_support.py), and the doctor copies it to a
-host beside doctor.py. The data it judges comes from the catalog: for each component of a stack, what the
+file by path on the controller (roles/stack/filter_plugins/gpu_support.py), and the doctor's run copies it to a
+host beside the doctor's folder. The data it judges comes from the catalog: for each component of a stack, what the
 vendor says it supports (`gpu:` under the component's version in catalog/stacks.yml, with its source)
 and, where the wheel could be read, the architectures its GPU libraries really carry (catalog/gpu_code.yml,
 measured with msgpu_verify/fatbin.py).

@@ -386,7 +386,7 @@ def run_driver_probe(
     """gpu_probe.py in a child with a hard timeout; its verdict in a few fields and its whole JSON under ``document``
     (the doctor's GPU rules read cuInit's answer, each device's kernel and NVML from it). A timeout, a crash or a
     probe that cannot start is a recorded ``state`` ("timeout", "crashed"), never an exception. The judge and the
-    doctor (doctor.py, rule gpu-probe) both run the probe through this function."""
+    doctor (doctor/probe_record.py, for its GPU rules) both run the probe through this function."""
     command = list(argv) if argv else driver_probe_argv()
     record: Dict[str, Any] = {"state": "ran", "verdict": None, "reason": None, "timeout_s": timeout_s}
     try:

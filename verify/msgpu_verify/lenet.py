@@ -15,7 +15,7 @@ import mindspore.dataset.vision.c_transforms as CV
 import numpy as np
 from mindspore import nn
 
-from .bench import ShuffledBatches
+from .batches import ShuffledBatches
 
 RESIZE = (32, 32)
 RESCALE = 1 / (255 * 0.3081)
@@ -77,7 +77,7 @@ def preprocessed_arrays(data_dir: str, training: bool, limit: Optional[int] = No
 def batched_dataset(images: np.ndarray, labels: np.ndarray, batch_size: int, random_seed: int):
     """The sink path's feeder: a GeneratorDataset whose every row is a whole batch.
 
-    Its source (``bench.ShuffledBatches``) draws a fresh permutation from a numpy Generator seeded with
+    Its source (``batches.ShuffledBatches``) draws a fresh permutation from a numpy Generator seeded with
     ``random_seed`` each epoch and yields contiguous (batch, 1, 32, 32) float32 images and (batch,) int32
     labels, full batches only: one Python call per batch (1,875 per MNIST epoch of 32) instead of one per
     image (60,000) as a NumpySlicesDataset + batch does. Same samples per epoch as the seed, reshuffled

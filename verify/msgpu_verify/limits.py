@@ -6,7 +6,7 @@ group is killed), so each command's worst-case wall time is a sum over what it r
     warmup       T + 2K + W           (the identity lookup, then the probe gets what is left of T, at least 1 s)
     judge        T + K + [P + K] + W  ([...] on a GPU unless --no-driver-probe: the driver probe, gpu_probe.py)
     bench        T + K + [F*T + K] + W
-                                      (T: --timeout, else DEFAULT_TIMEOUT_S / QUICK_TIMEOUT_S of bench.py;
+                                      (T: --timeout, else BENCH_TIMEOUT_S / BENCH_QUICK_TIMEOUT_S;
                                        [...] with --compare-seed: the seed's script gets F times the limit)
     distributed  [S] + H + T + K + [J] + W
                                       ([S] unless --gpus: nvidia-smi -L; H: hostname -I; [J] with --nvidia-smi:
@@ -24,13 +24,13 @@ defaults included).
 The verify role's ``async:`` limits are these formulas, term by term over the same settings, plus one margin
 (``verify_async_margin``), so a check's own limit always fires first and Python, not Ansible, records the HANG
 (tests/unit/test_verify_limits.py renders the role's expressions and compares). Standard library only, Python 3.8,
-and no import of the other msgpu_verify modules at load time: any of them may import this one.
+and no import of the other msgpu_verify modules: any of them may import this one.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 # A child past its limit (_proc.kill_group, run_child): SIGTERM and up to 2 s grace, SIGKILL and up to 2 s, then up
 # to 10 s for the pipe's last output: 14 s, rounded up.
@@ -42,6 +42,10 @@ OWN_WORK_S = 30.0
 # The judge's driver probe (gpu_probe.py in its own child, on a GPU). judge.DRIVER_PROBE_TIMEOUT is the same number
 # (a test keeps them equal); judge.py may import it from here.
 DRIVER_PROBE_S = 60.0
+# The benchmark's training child's limit without --timeout, and with --quick (bench_timeout_s): the defaults of
+# `python -m msgpu_verify bench` (bench.run_bench runs its child under them).
+BENCH_TIMEOUT_S = 900.0
+BENCH_QUICK_TIMEOUT_S = 80.0
 # The seed's script (bench --compare-seed) runs under this many times the benchmark's limit: it preprocesses every
 # epoch and prints every step, so it is several times slower than ours.
 SEED_TIMEOUT_FACTOR = 3
@@ -69,8 +73,14 @@ def judge_s(timeout_s: float, driver_probe: bool = True) -> float:
     return float(timeout_s) + CHILD_KILL_S + probe + OWN_WORK_S
 
 
+def bench_timeout_s(timeout_s: Optional[float], quick: bool) -> float:
+    """The benchmark's training child's limit: ``timeout_s``, else BENCH_QUICK_TIMEOUT_S with --quick,
+    BENCH_TIMEOUT_S without."""
+    return float(timeout_s) if timeout_s else (BENCH_QUICK_TIMEOUT_S if quick else BENCH_TIMEOUT_S)
+
+
 def bench_s(timeout_s: float, compare_seed: bool = False) -> float:
-    """``bench --timeout T`` (T resolved: bench.child_timeout): the training child, then with --compare-seed the
+    """``bench --timeout T`` (T resolved: bench_timeout_s): the training child, then with --compare-seed the
     seed's child under SEED_TIMEOUT_FACTOR x T."""
     seed = SEED_TIMEOUT_FACTOR * float(timeout_s) + CHILD_KILL_S if compare_seed else 0.0
     return float(timeout_s) + CHILD_KILL_S + seed + OWN_WORK_S
@@ -125,9 +135,7 @@ def worst_case_s(args: argparse.Namespace) -> float:
     if command == "judge":
         return judge_s(args.timeout, args.device.upper() == "GPU" and not args.no_driver_probe)
     if command == "bench":
-        from .bench import child_timeout
-
-        return bench_s(child_timeout(args.timeout, args.quick), args.compare_seed)
+        return bench_s(bench_timeout_s(args.timeout, args.quick), args.compare_seed)
     if command == "distributed":
         return distributed_s(args.timeout, args.gpus is None, bool(args.nvidia_smi))
     if command == "serving":

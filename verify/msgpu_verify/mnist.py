@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import errno
 import gzip
-import hashlib
 import http.client
 import json
 import os
@@ -44,6 +43,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from ._args import bounded
+from ._digest import sha256_of
 
 # name -> (subfolder, IDX magic, item count, bytes per item)
 FILES: Dict[str, Tuple[str, int, int, int]] = {
@@ -74,26 +74,14 @@ class SourceFailed(Exception):
         self.unreachable = unreachable
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(str(path), "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def content_sha256(path: Path) -> str:
     """sha256 of the file's content: decompressed when it is a ``.gz``."""
     if not path.name.endswith(".gz"):
         return sha256_of(path)
-    digest = hashlib.sha256()
     try:
-        with gzip.open(str(path), "rb") as handle:
-            for block in iter(lambda: handle.read(CHUNK), b""):
-                digest.update(block)
+        return sha256_of(path, gzip.open)
     except (OSError, EOFError) as exc:
         raise MnistError(f"{path.name}: not a readable gzip file ({exc})") from exc
-    return digest.hexdigest()
 
 
 def parse_sha256sums(text: str) -> Dict[str, str]:

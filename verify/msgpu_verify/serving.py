@@ -34,7 +34,6 @@ only in the children (``python -m msgpu_verify.serving --child STEP CONFIG``).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import socket
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._args import bounded
+from ._digest import sha256_of
 from ._proc import RESULT_MARKER, find_result, run_child, strip_markers
 
 SERVABLE = "lenet5"
@@ -76,14 +76,6 @@ DEVICE_REFUSALS = ("not support device type", "no cuda-capable device", "cudaget
 # ---------------------------------------------------------------------------------------------------------
 # Launcher (standard library only)
 # ---------------------------------------------------------------------------------------------------------
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def servable_paths(servables: Path) -> Dict[str, Path]:
