@@ -49,9 +49,10 @@ from typing import Any, BinaryIO, Callable
 
 import yaml
 
-from testbed import sandbox
+from testbed import stacks
+from testbed.files import CACHE, locked, sha256_file
+from testbed.stacks import ScenarioError, load_catalog
 
-CATALOG = sandbox.ROOT / "catalog" / "stacks.yml"
 MANIFEST = "manifest.json"
 SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
@@ -85,18 +86,6 @@ def log(message: str) -> None:
 
 def megabytes(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as data:
-        for block in iter(lambda: data.read(COPY_BUFFER), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def load_catalog(path: Path = CATALOG) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
 
 
 # --- wheels ------------------------------------------------------------------------------------
@@ -148,7 +137,7 @@ def _verified(path: Path, wheel: Wheel) -> bool:
     return path.is_file() and sha256_file(path) == wheel.sha256
 
 
-def fetch_wheels(wheels: list[Wheel], cache: Path = sandbox.CACHE) -> dict[str, Path]:
+def fetch_wheels(wheels: list[Wheel], cache: Path = CACHE) -> dict[str, Path]:
     """Download the wheels with pip into `<cache>/wheels` and verify them; returns {file: path}.
 
     A wheel already there with the catalog's sha256 is reused; one with another checksum is
@@ -219,7 +208,7 @@ def _download(missing: list[Wheel], dest: Path) -> None:
             log(f"wheel {wheel.file}: downloaded {megabytes(path.stat().st_size)} ({elapsed:.0f} s for the batch)")
 
 
-def drop_wheels(cache: Path = sandbox.CACHE) -> int:
+def drop_wheels(cache: Path = CACHE) -> int:
     """Delete the wheels fetch_wheels downloaded (`<cache>/wheels`), under the mirror builder's lock; returns
     the bytes this frees (a file another hard link also holds frees nothing). `./toolkit test` calls it once
     its prepare step has built the mirror: no stage before the last reads them (the fixture mirror is built
@@ -227,7 +216,7 @@ def drop_wheels(cache: Path = sandbox.CACHE) -> int:
     2.1 GB. The `fixtures` stage's contract tests fetch again what they build from (seconds from PyPI here)."""
     folder = cache / "wheels"
     freed = 0
-    with sandbox.locked(cache / "mirror.lock"):
+    with locked(cache / "mirror.lock"):
         for path in folder.glob("*") if folder.is_dir() else ():
             stat = path.lstat()
             freed += stat.st_size if stat.st_nlink == 1 else 0
@@ -1108,10 +1097,10 @@ def _extra_builders() -> list[Any]:
 
 
 def build_mirror(
-    cache: Path = sandbox.CACHE, force: bool = False, catalog_path: Path = CATALOG, every: bool = False
+    cache: Path = CACHE, force: bool = False, catalog_path: Path = stacks.CATALOG_FILE, every: bool = False
 ) -> Path:
     """Build (or reuse) under `<cache>/mirror` the fixtures the test bed's hosts install
-    (testbed/scenarios.py: installed_artifacts), or with `every` each one the catalog names (the fixtures'
+    (testbed/stacks.py: installed_artifacts), or with `every` each one the catalog names (the fixtures'
     contract tests, `python -m testbed.fixtures`); returns that root, with manifest.json. Fixtures built
     earlier stay while they are up to date."""
     if os.environ.get("MSGPU_NO_MIRROR_BUILD"):
@@ -1123,13 +1112,8 @@ def build_mirror(
         )
     root = cache / "mirror"
     catalog = load_catalog(catalog_path)
-    if every:
-        wanted = None
-    else:
-        from testbed import scenarios  # here: scenarios imports this module
-
-        wanted = scenarios.installed_artifacts(catalog)
-    with sandbox.locked(cache / "mirror.lock"):
+    wanted = None if every else stacks.installed_artifacts(catalog, [f.file for f in plan(catalog)])
+    with locked(cache / "mirror.lock"):
         _build_manifest_fixtures(cache, root, force, catalog, wanted)
         for module in _extra_builders():
             module.build(cache, root, catalog, force, wanted)
@@ -1205,9 +1189,51 @@ def inventory_vars(mirror_root: Path, base_url: str) -> dict[str, Any]:
     return merged
 
 
+# The test bed's copy of the catalog, every sandbox host's stack_catalog_file (see testbed_catalog).
+TESTBED_CATALOG = CACHE / "catalog" / "stacks.yml"
+# What the CUDA toolkit fixture takes unpacked, at most, per byte of its runfile (measured: the payload
+# of 648 MiB unpacks to 1,132 MiB, 1.75 times; 3 leaves a margin).
+FIXTURE_UNPACKED_PER_BYTE = 3
+_TESTBED_CATALOG_WRITTEN: list[Path] = []
+
+
+def testbed_catalog(mirror_root: Path | None = None, path: Path | None = None) -> Path:
+    """catalog/stacks.yml as the test bed's hosts use it: the same stacks, versions, artifacts and
+    checksums, with each CUDA toolkit's `disk_mb` (the room the preflight demands under the install
+    prefix) set to what the fixture toolkit takes instead of NVIDIA's 8-9 GB. The fixture carries only the
+    libraries NVIDIA puts on PyPI (testbed/FIXTURES.md), so the real figure would refuse every fresh host
+    on a CI machine with 10 GB free while the fixture stack fits in half of that. cuDNN, NCCL and TensorRT
+    keep the catalog's figures: their fixtures carry NVIDIA's real libraries at their real sizes.
+    The preflight's disk check is the same code either way; its own test (test_preflight.py) uses a
+    64 MiB prefix that both figures overflow. Written to `path` (TESTBED_CATALOG) on every call (an atomic
+    replace); returns the path. Without `mirror_root`, the mirror is built first where it is missing or stale
+    (cached)."""
+    path = path or TESTBED_CATALOG
+    if mirror_root is None:
+        if _TESTBED_CATALOG_WRITTEN:  # once per process: every inventory the test bed writes names it
+            return path
+        mirror_root = build_mirror()  # cached: builds only what is missing or stale
+        _TESTBED_CATALOG_WRITTEN.append(mirror_root)
+    runfiles = [e["size"] for e in read_manifest(mirror_root).values() if e["kind"] == "cuda_runfile"]
+    if not runfiles:
+        raise ScenarioError(f"test-bed catalog: {mirror_root} has no CUDA runfile fixture; build the mirror first")
+    disk_mb = FIXTURE_UNPACKED_PER_BYTE * max(runfiles) // 2**20 + 1
+    catalog = load_catalog()
+    for entry in catalog["cuda"].values():
+        if "disk_mb" in entry:
+            entry["disk_mb"] = disk_mb
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "# Generated by testbed/fixtures.py (testbed_catalog) from catalog/stacks.yml; do not edit.\n"
+    text += yaml.safe_dump(catalog, sort_keys=False)
+    partial = path.with_name(f".stacks.yml.{os.getpid()}")
+    partial.write_text(text)
+    partial.replace(path)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache", type=Path, default=sandbox.CACHE, help="cache folder (default: .cache)")
+    parser.add_argument("--cache", type=Path, default=CACHE, help="cache folder (default: .cache)")
     parser.add_argument("--force", action="store_true", help="rebuild every fixture")
     args = parser.parse_args(argv)
     started = time.monotonic()

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
+from testbed.files import sha256_file
+
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG = ROOT / "catalog" / "stacks.yml"
 CACHE = ROOT / ".cache"
@@ -59,14 +61,6 @@ FORMAT = 1
 
 def log(message: str) -> None:
     print(f"[run_check_texts] {message}", file=sys.stderr, flush=True)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # --- a wheel, or its extract -----------------------------------------------------------------------------

@@ -12,8 +12,6 @@ Used by the toolkit's tasks (cli/local.py: `./toolkit sandbox up`, `./toolkit pr
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -24,12 +22,13 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("MSGPU_CACHE", ROOT / ".cache"))
+from testbed import fixtures
+from testbed.files import CACHE, ROOT, locked, sha256_file
+
 LABEL = "msgpu.sandbox=1"
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
 
@@ -232,12 +231,12 @@ def _fetch_keyring(distro: Distro, workdir: Path) -> Path:
         return Path(distro.host_keyring)
     deb = CACHE / "downloads" / Path(distro.keyring_url).name
     deb.parent.mkdir(parents=True, exist_ok=True)
-    if not deb.is_file() or hashlib.sha256(deb.read_bytes()).hexdigest() != distro.keyring_sha256:
+    if not deb.is_file() or sha256_file(deb) != distro.keyring_sha256:
         log(f"fetching {distro.keyring_url}")
         partial = deb.with_suffix(".partial")
         with urllib.request.urlopen(distro.keyring_url, timeout=60) as response, open(partial, "wb") as out:
             shutil.copyfileobj(response, out)
-        got = hashlib.sha256(partial.read_bytes()).hexdigest()
+        got = sha256_file(partial)
         if got != distro.keyring_sha256:
             partial.unlink()
             raise SandboxError(f"{deb.name}: sha256 {got} does not match the pinned {distro.keyring_sha256}")
@@ -245,20 +244,6 @@ def _fetch_keyring(distro: Distro, workdir: Path) -> Path:
     unpacked = workdir / "keyring"
     run(["dpkg-deb", "-x", str(deb), str(unpacked)])
     return unpacked / distro.keyring_member
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (created if needed): two processes that build the same thing (two test
-    runs started at once on a fresh machine: an image, the fixture mirror) take turns, and the second finds
-    what the first one built."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def build_image(flavour: str = "focal") -> str:
@@ -431,13 +416,11 @@ def write_inventory(
     down: Iterable[str] = (),
 ) -> Path:
     """An Ansible inventory that reaches the containers through the docker connection (`host_vars`:
-    settings of single hosts, over the group's), with the test bed's catalog (scenarios.testbed_catalog).
+    settings of single hosts, over the group's), with the test bed's catalog (fixtures.testbed_catalog).
 
     `down`: hosts whose container a test stopped or never started (a powered-off server). They get no
     pipelining: with it, the docker connection plugin reports the missing container as a failed task,
     where SSH - the real fleets' connection - and the plugin without pipelining say unreachable."""
-    from testbed import scenarios  # testbed.scenarios imports this module
-
     off = set(down)
     inventory = {
         "all": {
@@ -452,8 +435,8 @@ def write_inventory(
                         "ansible_python_interpreter": "/usr/bin/python3",
                         # Sandbox containers have no GPU on purpose.
                         "stack_no_gpu": True,
-                        # The catalog with the fixture CUDA toolkit's size (scenarios.testbed_catalog).
-                        "stack_catalog_file": str(scenarios.testbed_catalog()),
+                        # The catalog with the fixture CUDA toolkit's size (fixtures.testbed_catalog).
+                        "stack_catalog_file": str(fixtures.testbed_catalog()),
                         **(group_vars or {}),
                     },
                 }

@@ -1,9 +1,8 @@
 """The test bed's scenarios: the sandbox hosts' settings, the molecule scenarios, the suite's stages.
 
 Used by the development commands (`./toolkit test`, `./toolkit sandbox`, and `provision`, `fetch`,
-`verify`, `bench` run without an inventory: cli/), and by the integration and fleet tests. The settings
-that name versions are derived from the catalog through the resolver's public helpers
-(roles/stack/filter_plugins/stack_catalog.py), so a new catalog entry moves them with it.
+`verify`, `bench` run without an inventory: cli/), and by the integration and fleet tests. Each scenario's
+stack settings (SCENARIO_VARS) and the catalog they are derived from are testbed/stacks.py's.
 """
 
 from __future__ import annotations
@@ -12,13 +11,11 @@ import dataclasses
 import fcntl
 import filecmp
 import hashlib
-import importlib.util
 import json
 import os
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,43 +23,26 @@ from pathlib import Path
 
 import yaml
 
-from testbed import fixtures, mirror, sandbox, suite
+from testbed import files, fixtures, mirror, sandbox, stacks, suite
 
-ROOT = sandbox.ROOT
+# The test bed's stacks (testbed/stacks.py); second_cuda is named here for the tests, as scenarios.second_cuda.
+from testbed.stacks import CATALOG, SCENARIO_VARS, ScenarioError, seed_nccl
+from testbed.stacks import second_cuda as second_cuda
+
+ROOT = files.ROOT
 # The local sandbox host of `./toolkit provision` without an inventory, and its inventory.
 SANDBOX_HOST = "msgpu-sandbox-1"
-SANDBOX_INVENTORY = sandbox.CACHE / "sandbox" / "inventory.yml"
+SANDBOX_INVENTORY = files.CACHE / "sandbox" / "inventory.yml"
 # The test bed's controller-side artifact cache (stack_artifact_cache_dir).
-ARTIFACT_CACHE = sandbox.CACHE / "artifact-cache"
-MOLECULE_VARS = sandbox.CACHE / "molecule"
+ARTIFACT_CACHE = files.CACHE / "artifact-cache"
+MOLECULE_VARS = files.CACHE / "molecule"
 # The repository's own copy of MNIST (the catalog's `mnist.repository_copy`, its last MNIST source).
 MNIST_COPY = ROOT / "data" / "mnist"
 
 
-class ScenarioError(RuntimeError):
-    """The test bed cannot be set up (the message says why)."""
-
-
-def _load_role_file(name: str, relative: str):
-    """A Python file of a role (a file, not a package) as a module, without writing its bytecode into the role
-    (a __pycache__ folder in roles/<role>/files would be shipped and scanned as one of the role's files)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "roles" / relative)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = writes
-    return module
-
-
-# The resolver the `stack` role uses as its filter plugin; the controller's artifact cache filler of the
-# `artifacts` role (its lock and sha256 memo, which link_cache_duplicates keeps valid).
-stack_catalog = _load_role_file("stack_catalog", "stack/filter_plugins/stack_catalog.py")
-artifact_cache = _load_role_file("artifact_cache", "artifacts/files/artifact_cache.py")
-CATALOG = fixtures.load_catalog()
-DEFAULT_STACK = CATALOG["stacks"][CATALOG["default_stack"]]
+# The controller's artifact cache filler of the `artifacts` role (its lock and sha256 memo, which
+# link_cache_duplicates keeps valid).
+artifact_cache = stacks.load_role_file("artifact_cache", "artifacts/files/artifact_cache.py")
 
 # Molecule scenarios: name -> what they prove. Each converges site.yml on a fresh Ubuntu 20.04
 # container, converges again demanding changed=0, and runs the testinfra modules.
@@ -82,71 +62,6 @@ SCENARIOS = {
 }
 
 
-def wheel_overrides() -> dict:
-    """For each of cuDNN and NCCL, the version the default stack accepts that has a `wheel`
-    artifact in the catalog (versions live only there)."""
-    overrides: dict = {}
-    for component in ("cudnn", "nccl"):
-        version = stack_catalog.accepted_versions(CATALOG, component, method="wheel")[0]
-        overrides.update({f"stack_{component}_version": version, f"stack_{component}_method": "wheel"})
-    return overrides
-
-
-def seed_nccl() -> dict:
-    """The seed's NCCL, the tarball the default stack accepts (2.8.4; a fixture here). The stack's own
-    default is NCCL's PyPI wheel (the tarball has no public checksum); the wheels scenario runs that."""
-    version = next(
-        v
-        for v in stack_catalog.accepted_versions(CATALOG, "nccl", method="tarball")
-        if f"+cuda{DEFAULT_STACK['cuda']}_" in CATALOG["nccl"][v]["tarball"]["file"]
-    )
-    return {"stack_nccl_version": version, "stack_nccl_method": "tarball"}
-
-
-def second_cuda() -> list[str]:
-    """A second CUDA toolkit for side-by-side tests: the newest catalog CUDA other than the default
-    stack's that the stack's driver branch can run."""
-    driver = CATALOG["driver"][DEFAULT_STACK["driver_branch"]]["version"]
-    fits = stack_catalog.cuda_versions_for_driver(CATALOG, driver)
-    return [v for v in fits if v != DEFAULT_STACK["cuda"]][-1:]
-
-
-def installed_artifacts(catalog: dict | None = None) -> set[str]:
-    """What the test bed's hosts install from the fixture mirror: the file names of the runfiles and
-    tarballs, and `name` or `name=version` of the cuda_repo packages, of each scenario's stack over the
-    sandbox hosts' seed NCCL (the fault, fleet, preflight and system tests install these stacks too).
-    build_mirror builds the fixtures of these (testbed/fixtures.py); the fixtures' own contract tests
-    build the others the catalog names (the CUDA 11.6 runfile, cuDNN 8.5's archive, NCCL 2.14.3's tarball, the
-    CUDA 11.6, cuDNN 8.5 and NCCL 2.14.3 packages: about 4.2 GB none of the suite's hosts installs)."""
-    catalog = catalog or CATALOG
-    unpinned = {f.file: "0" * 64 for f in fixtures.plan(catalog)}  # the resolver lists only pinned downloads
-    wanted: set[str] = set()
-
-    def packages(node: object) -> None:
-        if isinstance(node, dict):
-            wanted.update(p for p in node.get("packages", []) if isinstance(p, str))
-            for value in node.values():
-                packages(value)
-        elif isinstance(node, list):
-            for value in node:
-                packages(value)
-
-    for settings in SCENARIO_VARS.values():
-        merged = {**seed_nccl(), **settings}
-        stack_settings = {k.removeprefix("stack_"): v for k, v in merged.items() if k.startswith("stack_")}
-        resolved = stack_catalog.resolve_stack(
-            catalog, {"artifact_checksums": unpinned, "artifact_cache_dir": "/cache", **stack_settings}
-        )
-        if resolved["errors"]:
-            raise ScenarioError(f"the test bed's stacks do not resolve: {resolved['errors']}")
-        stack = resolved["stack"]
-        wanted.update(d["file"] for d in stack.get("artifact_cache", {}).get("downloads", []))
-        packages(stack)
-    # A package the stack pins (libcudnn8=8.0.5.39-1+cuda11.1) is also listed by bare name (to hold it).
-    pinned = {spec.partition("=")[0] for spec in wanted if "=" in spec}
-    return wanted - pinned
-
-
 def verify_vars() -> dict:
     """Verify settings of sandbox hosts: the CUDA runtime the fixture toolkit really carries (NVIDIA's 11.7
     wheel whatever the runfile's name; the judge compares what the process loaded with this).
@@ -158,22 +73,6 @@ def verify_vars() -> dict:
     return {"verify_expect_cuda": ".".join(runtime.split(".")[:2])}
 
 
-SCENARIO_VARS: dict[str, dict] = {
-    # The seed's stack with TensorRT (for MindSpore Serving) by the stack's default method, tarball.
-    "default": {"stack_tensorrt_enabled": True},
-    "runfile": {"stack_driver_method": "runfile", "stack_cuda_extra_versions": second_cuda()},
-    "nvidia_repo": {
-        **{f"stack_{c}_method": "cuda_repo" for c in ("driver", "cuda", "cudnn", "nccl")},
-        "stack_cuda_extra_versions": second_cuda(),
-    },
-    "wheels": {
-        **wheel_overrides(),
-        # TensorRT from NVIDIA's nvidia-tensorrt wheel: the version the default stack accepts that has one.
-        "stack_tensorrt_enabled": True,
-        "stack_tensorrt_method": "wheel",
-        "stack_tensorrt_version": stack_catalog.accepted_versions(CATALOG, "tensorrt", method="wheel")[0],
-    },
-}
 # The scenario whose converged host the system tests (playbooks/verify.yml) run against.
 VERIFY_SCENARIO = "default"
 VERIFY_HOST = "msgpu-molecule-focal"
@@ -182,44 +81,14 @@ VERIFY_HOST = "msgpu-molecule-focal"
 VERIFY_IMAGE = "msgpu-verify-host:default"
 
 
-# The test bed's copy of the catalog, every sandbox host's stack_catalog_file (see testbed_catalog).
-TESTBED_CATALOG = sandbox.CACHE / "catalog" / "stacks.yml"
-# What the CUDA toolkit fixture takes unpacked, at most, per byte of its runfile (measured: the payload
-# of 648 MiB unpacks to 1,132 MiB, 1.75 times; 3 leaves a margin).
-FIXTURE_UNPACKED_PER_BYTE = 3
-_TESTBED_CATALOG_WRITTEN: list[Path] = []
+# The test bed's copy of the catalog, every sandbox host's stack_catalog_file (fixtures.testbed_catalog).
+TESTBED_CATALOG = fixtures.TESTBED_CATALOG
+FIXTURE_UNPACKED_PER_BYTE = fixtures.FIXTURE_UNPACKED_PER_BYTE
 
 
 def testbed_catalog(mirror_root: Path | None = None) -> Path:
-    """catalog/stacks.yml as the test bed's hosts use it: the same stacks, versions, artifacts and
-    checksums, with each CUDA toolkit's `disk_mb` (the room the preflight demands under the install
-    prefix) set to what the fixture toolkit takes instead of NVIDIA's 8-9 GB. The fixture carries only the
-    libraries NVIDIA puts on PyPI (testbed/FIXTURES.md), so the real figure would refuse every fresh host
-    on a CI machine with 10 GB free while the fixture stack fits in half of that. cuDNN, NCCL and TensorRT
-    keep the catalog's figures: their fixtures carry NVIDIA's real libraries at their real sizes.
-    The preflight's disk check is the same code either way; its own test (test_preflight.py) uses a
-    64 MiB prefix that both figures overflow. Written on every call (an atomic replace); returns the path.
-    Without `mirror_root`, the mirror is built first where it is missing or stale (cached)."""
-    if mirror_root is None:
-        if _TESTBED_CATALOG_WRITTEN:  # once per process: every inventory the test bed writes names it
-            return TESTBED_CATALOG
-        mirror_root = fixtures.build_mirror()  # cached: builds only what is missing or stale
-        _TESTBED_CATALOG_WRITTEN.append(mirror_root)
-    runfiles = [e["size"] for e in fixtures.read_manifest(mirror_root).values() if e["kind"] == "cuda_runfile"]
-    if not runfiles:
-        raise ScenarioError(f"test-bed catalog: {mirror_root} has no CUDA runfile fixture; build the mirror first")
-    disk_mb = FIXTURE_UNPACKED_PER_BYTE * max(runfiles) // 2**20 + 1
-    catalog = fixtures.load_catalog()
-    for entry in catalog["cuda"].values():
-        if "disk_mb" in entry:
-            entry["disk_mb"] = disk_mb
-    TESTBED_CATALOG.parent.mkdir(parents=True, exist_ok=True)
-    text = "# Generated by testbed/scenarios.py (testbed_catalog) from catalog/stacks.yml; do not edit.\n"
-    text += yaml.safe_dump(catalog, sort_keys=False)
-    partial = TESTBED_CATALOG.with_name(f".stacks.yml.{os.getpid()}")
-    partial.write_text(text)
-    partial.replace(TESTBED_CATALOG)
-    return TESTBED_CATALOG
+    """fixtures.testbed_catalog written to TESTBED_CATALOG (which a test points elsewhere)."""
+    return fixtures.testbed_catalog(mirror_root, TESTBED_CATALOG)
 
 
 # Files smaller than this are not worth a hard link.
@@ -239,7 +108,7 @@ def link_cache_duplicates(cache: Path | None = None, sources: tuple[Path, ...] =
     the next cache lookup does not read the file again (it did, 2.4 s in an idempotence run). Returns the
     bytes freed. `./toolkit test` runs it every minute while its stages run."""
     cache = cache or ARTIFACT_CACHE
-    sources = sources or (sandbox.CACHE / "mirror", sandbox.CACHE / "wheels")
+    sources = sources or (files.CACHE / "mirror", files.CACHE / "wheels")
     if not cache.is_dir():
         return 0
     by_name: dict[str, list[Path]] = {}
@@ -436,7 +305,7 @@ def scenario_stage(name: str, group_vars: dict, env: dict[str, str], full: bool 
         suite.Step(f"molecule {name}", f"molecule test -s {name} --destroy never", env),
         *rebase,
         suite.Step(
-            label, f"{pytest}--basetemp={shlex.quote(str(sandbox.CACHE / 'pytest' / basetemp))} {tests}", test_env
+            label, f"{pytest}--basetemp={shlex.quote(str(files.CACHE / 'pytest' / basetemp))} {tests}", test_env
         ),
     ]
     return suite.Stage(f"molecule {name}", what, steps, cleanup=cleanup)
@@ -444,8 +313,8 @@ def scenario_stage(name: str, group_vars: dict, env: dict[str, str], full: bool 
 
 def pytest_stage(name: str, paths: str, what: str, env: dict[str, str], full: bool = False) -> suite.Stage:
     # Each stage's own temporary folder: pytest runs side by side never tidy up each other's.
-    (sandbox.CACHE / "pytest").mkdir(parents=True, exist_ok=True)
-    basetemp = shlex.quote(str(sandbox.CACHE / "pytest" / name))
+    (files.CACHE / "pytest").mkdir(parents=True, exist_ok=True)
+    basetemp = shlex.quote(str(files.CACHE / "pytest" / name))
     pytest = pytest_command(full)
     return suite.Stage(name, what, [suite.Step(name, f"{pytest}--basetemp={basetemp} {paths}", env)])
 
@@ -463,13 +332,13 @@ def unit_stages(env: dict[str, str]) -> tuple[suite.Stage, suite.Stage]:
     among the container stages. With MSGPU_NO_MIRROR_BUILD set, the first stage's tests cannot build the
     mirror (testbed/fixtures.py: build_mirror): a test that needs it and lacks the marker fails, naming it."""
     copy = isolated_copy()
-    (sandbox.CACHE / "pytest").mkdir(parents=True, exist_ok=True)
+    (files.CACHE / "pytest").mkdir(parents=True, exist_ok=True)
     stages = []
     for name, selected, what, extra in (
         ("unit", f"not {PREPARED_MARKER}", "catalog, resolver, verification, CLI", {"MSGPU_NO_MIRROR_BUILD": "1"}),
         ("fixtures", PREPARED_MARKER, "the NVIDIA fixtures and the fixture apt repository", {}),
     ):
-        basetemp = shlex.quote(str(sandbox.CACHE / "pytest" / name))
+        basetemp = shlex.quote(str(files.CACHE / "pytest" / name))
         command = (
             f"cd {shlex.quote(str(copy))} && pytest -q -p no:cacheprovider -m {shlex.quote(selected)} "
             f"--basetemp={basetemp} tests/unit"
@@ -478,7 +347,7 @@ def unit_stages(env: dict[str, str]) -> tuple[suite.Stage, suite.Stage]:
             suite.Stage(
                 name,
                 f"unit tests: {what} (in {copy}, a copy of the working tree)",
-                [suite.Step(name, command, {**env, "MSGPU_CACHE": str(sandbox.CACHE), **extra})],
+                [suite.Step(name, command, {**env, "MSGPU_CACHE": str(files.CACHE), **extra})],
             )
         )
     return stages[0], stages[1]
