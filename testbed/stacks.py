@@ -130,5 +130,8 @@ SCENARIO_VARS: dict[str, dict] = {
         "stack_tensorrt_enabled": True,
         "stack_tensorrt_method": "wheel",
         "stack_tensorrt_version": stack_catalog.accepted_versions(CATALOG, "tensorrt", method="wheel")[0],
+        # A site's own virtualenv path: MindSpore goes there, and TensorRT's wheel after it (the stack publishes
+        # the path once; verify/testinfra/test_tensorrt.py checks tensorrt imports from it).
+        "mindspore_venv": "/opt/msgpu/venvs/mindspore",
     },
 }
