@@ -43,9 +43,6 @@ REMAINING = {
     ("verify", "tasks/mpi_smoke.yml", "openmpi_hostfile"): "the MPI smoke test's hostfile",
     ("verify", "tasks/mpi_smoke.yml", "openmpi_user"): "the MPI smoke test's user",
     ("verify", "tasks/doctor.yml", "nccl_expected_version"): "the NCCL release the site says it reports",
-    # The catalog read again instead of the resolver's result (the resolver should publish these).
-    ("verify", "tasks/mnist.yml", "stack_catalog_file"): "MNIST's sources and sums",
-    ("serving", "tasks/main.yml", "stack_catalog_file"): "the stacks that offer Serving, for a refusal",
 }
 
 

@@ -28,7 +28,10 @@ import pytest
 import yaml
 from msgpu_verify import mnist
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, load_module
+
+# The resolver, which publishes MNIST's sources and sums (stack_resolved.mnist) for the verify role.
+STACK_CATALOG = load_module("stack_catalog_for_mnist", ROOT / "roles" / "stack" / "filter_plugins" / "stack_catalog.py")
 
 # The copy inside this repository: what the unit tests read, and the catalog's last MNIST source.
 DATA = ROOT / "data" / "mnist"
@@ -387,12 +390,16 @@ PLAY = """\
 """
 
 
-def role_step(tmp_path: Path, sources: dict, **extra) -> tuple[subprocess.CompletedProcess, float]:
+def role_step(
+    tmp_path: Path, sources: dict, catalog: dict | None = None, **extra
+) -> tuple[subprocess.CompletedProcess, float]:
     (tmp_path / "play.yml").write_text(PLAY)
+    catalog = catalog or yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
+    resolved = STACK_CATALOG.resolve_stack(catalog, {"sources": sources})["stack"]
     variables = {
         "stack_resolved": {
-            "sources": sources,
-            "mnist": {"cache_dir": str(tmp_path / "cache"), "files": {}},
+            "sources": resolved["sources"],
+            "mnist": {**resolved["mnist"], "cache_dir": str(tmp_path / "cache")},
             "artifact_cache": {"offline": False},
         },
         "verify_source_dir": str(ROOT / "verify"),
@@ -427,9 +434,8 @@ def test_role_fails_in_seconds_naming_the_fixes(tmp_path):
     """Without the repository's copy (a catalog that has none), unreachable mirrors fail the step at once."""
     catalog = yaml.safe_load((ROOT / "catalog" / "stacks.yml").read_text())
     del catalog["mnist"]["repository_copy"]
-    (tmp_path / "catalog.yml").write_text(yaml.safe_dump(catalog))
     unreachable = {"mnist": UNRESOLVABLE, "mnist_ossci": f"http://127.0.0.1:{closed_port()}/mnist"}
-    run, seconds = role_step(tmp_path, unreachable, stack_catalog_file=str(tmp_path / "catalog.yml"))
+    run, seconds = role_step(tmp_path, unreachable, catalog)
     print(f"verify role, MNIST step with no reachable source: failed after {seconds:.1f} s (ansible-playbook included)")
     assert run.returncode != 0
     output = run.stdout + run.stderr

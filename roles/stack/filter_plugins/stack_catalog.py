@@ -321,7 +321,16 @@ class _Resolver:
         resolved["sources"] = sources
         resolved["platforms"] = self.catalog.get("platforms", {})
         mnist = self.catalog.get("mnist", {})
-        resolved["mnist"] = {"url": sources.get(mnist.get("source", ""), ""), "files": dict(mnist.get("files", {}))}
+        resolved["mnist"] = {
+            "url": sources.get(mnist.get("source", ""), ""),
+            "files": dict(mnist.get("files", {})),
+            # For the verify role's fetch: every source's base URL in order (stack_sources applied), the copy in
+            # this repository (relative to the project), and the sums a file may have (the mirrors' .gz, or its
+            # decompressed content, whoever gzipped it).
+            "sources": [sources[name] for name in mnist.get("sources", [mnist.get("source", "")]) if name in sources],
+            "repository_copy": mnist.get("repository_copy", ""),
+            "sums": {**dict(mnist.get("published", mnist.get("files", {}))), **dict(mnist.get("idx", {}))},
+        }
         resolved["cuda_wheels"] = {
             name: art(dict(entry, package=name, source="pypi"))
             for name, entry in self.catalog.get("cuda_wheels", {}).items()
@@ -595,6 +604,8 @@ class _Resolver:
         resolved["serving"] = {
             "enabled": False,
             "available": available,
+            # The catalog's stacks that offer Serving (for the serving role's refusal).
+            "offered_by": with_serving,
             "version": version if available else "",
             "package": entry.get("package", ""),
             "pins": list(entry.get("pins", [])),
