@@ -8,82 +8,11 @@ name at run time (importlib.import_module: the doctor's GPU rules reach judge.py
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
-from typing import Dict, List, Optional, Set
+
+from tests.import_graph import find_cycle, import_graph
 
 PACKAGE = Path(__file__).resolve().parents[2] / "verify" / "msgpu_verify"
-
-
-def module_files(package: Path) -> Dict[str, Path]:
-    """Dotted module name -> file, for every .py file of ``package`` (a package is its __init__.py)."""
-    found: Dict[str, Path] = {}
-    for path in sorted(package.rglob("*.py")):
-        parts = list(path.relative_to(package.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        found[".".join(parts)] = path
-    return found
-
-
-def imported(name: str, path: Path, modules: Dict[str, Path]) -> Set[str]:
-    """The package's modules that ``path`` (module ``name``) imports anywhere in its code."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    edges: Set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                target = next(
-                    (".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in modules), None
-                )
-                if target:
-                    edges.add(target)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
-            for alias in node.names:
-                if f"{source}.{alias.name}" in modules:
-                    edges.add(f"{source}.{alias.name}")
-                elif source in modules:
-                    edges.add(source)
-    edges.discard(name)
-    return edges
-
-
-def import_graph(package: Path) -> Dict[str, Set[str]]:
-    modules = module_files(package)
-    return {name: imported(name, path, modules) for name, path in modules.items()}
-
-
-def find_cycle(graph: Dict[str, Set[str]]) -> Optional[List[str]]:
-    """One import cycle as [a, b, ..., a], or None."""
-    state: Dict[str, int] = {}  # 1: on the current path, 2: done
-    path: List[str] = []
-
-    def visit(node: str) -> Optional[List[str]]:
-        state[node] = 1
-        path.append(node)
-        for target in sorted(graph.get(node, ())):
-            if state.get(target) == 1:
-                return [*path[path.index(target) :], target]
-            if target not in state:
-                cycle = visit(target)
-                if cycle:
-                    return cycle
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state:
-            cycle = visit(node)
-            if cycle:
-                return cycle
-    return None
 
 
 def test_msgpu_verify_has_no_import_cycle() -> None:

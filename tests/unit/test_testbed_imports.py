@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.import_graph import cycles, import_graph
 
 TESTBED = ROOT / "testbed"
 PACKAGE = "testbed"
@@ -44,31 +45,10 @@ def imports(path: Path, known: set[str]) -> list[tuple[str, int, bool]]:
 
 
 def graph() -> dict[str, set[str]]:
-    known = set(modules())
-    return {name: {target for target, _, _ in imports(path, known)} - {name} for name, path in modules().items()}
-
-
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Each import circle found by a depth-first walk, as the modules along it (first one repeated at the end)."""
-    found: list[list[str]] = []
-    state: dict[str, str] = {}  # "open" while on the walk's path, "done" after
-    path: list[str] = []
-
-    def walk(node: str) -> None:
-        state[node] = "open"
-        path.append(node)
-        for target in sorted(edges.get(node, ())):
-            if state.get(target) == "open":
-                found.append([*path[path.index(target) :], target])
-            elif target not in state:
-                walk(target)
-        state[node] = "done"
-        path.pop()
-
-    for node in sorted(edges):
-        if node not in state:
-            walk(node)
-    return found
+    """The test bed's modules (short names) and the test bed modules each imports (tests/import_graph.py)."""
+    edges = import_graph(TESTBED)
+    short = {name: name.removeprefix(PACKAGE + ".") for name in edges if name != PACKAGE}
+    return {short[name]: {short[t] for t in targets if t in short} for name, targets in edges.items() if name in short}
 
 
 def test_the_graph_sees_the_imports_it_should():
